@@ -1,0 +1,71 @@
+"""loopwatch: catch LLM agents stuck in loops, at run time and in recorded traces.
+
+The public API::
+
+    from loopwatch import Guard, scan
+
+    guard = Guard()
+    verdict = guard.observe("run-1", {"kind": "tool_call", "name": "search", "args": {"q": "x"}})
+
+    report = scan({"run_id": "r1", "events": [...]})
+"""
+
+from __future__ import annotations
+
+from .config import Config, ConfigError
+from .detectors import (
+    Chanting,
+    Cycle,
+    Detector,
+    DetectorSet,
+    ErrorLoop,
+    Frequency,
+    IterationCap,
+    NoProgress,
+    Recursion,
+    RepeatedCall,
+    Stagnation,
+    default_detectors,
+)
+from .events import Event
+from .findings import Action, Finding, LoopDetected, Severity, StoreUnavailable, Verdict
+from .guard import Guard
+from .scan import Report, Scanner, scan
+from .stores import MemoryStore, Store
+from .traces import InputError, TraceRun, read_runs
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Action",
+    "Chanting",
+    "Config",
+    "ConfigError",
+    "Cycle",
+    "Detector",
+    "DetectorSet",
+    "ErrorLoop",
+    "Event",
+    "Finding",
+    "Frequency",
+    "Guard",
+    "InputError",
+    "IterationCap",
+    "LoopDetected",
+    "MemoryStore",
+    "NoProgress",
+    "Recursion",
+    "RepeatedCall",
+    "Report",
+    "Scanner",
+    "Severity",
+    "Stagnation",
+    "Store",
+    "StoreUnavailable",
+    "TraceRun",
+    "Verdict",
+    "__version__",
+    "default_detectors",
+    "read_runs",
+    "scan",
+]

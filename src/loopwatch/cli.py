@@ -1,0 +1,386 @@
+"""``loopwatch``: scan traces for loops, show the configuration, run the demo.
+
+A thin layer over the Python API (``loopwatch.scan``, ``loopwatch.read_runs``).
+Exit status (FORMAT.md): 0 when the scan ran; 1 with ``--fail-on`` when a run
+reaches that verdict; 2 on a usage error or unreadable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from importlib import resources
+from typing import Any, TextIO
+
+import orjson
+
+from .config import Config, ConfigError
+from .scan import Report, Scanner
+from .traces import FORMATS, InputError, TraceRun, read_runs
+
+__all__ = ["main"]
+
+_CHUNK_EVENTS = 20_000  # events per unit of work sent to a worker process
+_SMALL_INPUT = 50_000  # below this many events, a single process is faster
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        config = Config.load(args.config) if getattr(args, "config", None) else Config.load()
+    except ConfigError as exc:
+        print(f"loopwatch: {exc}", file=sys.stderr)
+        return 2
+    command: Any = args.func
+    try:
+        result: int = command(args, config)
+    except BrokenPipeError:  # `loopwatch scan --json x | head`: the reader left; fine
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    return result
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loopwatch", description="Catch LLM agents stuck in loops."
+    )
+    sub = parser.add_subparsers(dest="command")
+
+    p_scan = sub.add_parser("scan", help="scan trace files for loops")
+    p_scan.add_argument("paths", nargs="+", metavar="PATH", help="trace files, or - for stdin")
+    p_scan.add_argument("--json", action="store_true", help="JSON Lines output (FORMAT.md)")
+    p_scan.add_argument("--fail-on", choices=("warn", "stop"), help="exit 1 if any run reaches it")
+    p_scan.add_argument("--config", metavar="FILE", help="a loopwatch.toml or pyproject.toml")
+    p_scan.add_argument("--format", choices=(*FORMATS, "native"), help="force the trace format")
+    p_scan.add_argument(
+        "--jobs", type=int, default=0, metavar="N", help="worker processes (default: all cores)"
+    )
+    p_scan.add_argument(
+        "--progress",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="progress bar on stderr (auto: when stderr is a terminal)",
+    )
+    p_scan.set_defaults(func=_cmd_scan)
+
+    p_conf = sub.add_parser("config", help="show the effective configuration")
+    p_conf.add_argument("--show", action="store_true", help="print it (the default)")
+    p_conf.add_argument("--config", metavar="FILE", help="a loopwatch.toml or pyproject.toml")
+    p_conf.set_defaults(func=_cmd_config)
+
+    p_demo = sub.add_parser("demo", help="scan the bundled examples and replay a looping agent")
+    p_demo.add_argument("--config", metavar="FILE", help="a loopwatch.toml or pyproject.toml")
+    p_demo.set_defaults(func=_cmd_demo)
+    return parser
+
+
+# -- scan ------------------------------------------------------------------------------
+_worker_scanner: Scanner | None = None
+
+
+def _init_worker(config: Config) -> None:
+    global _worker_scanner
+    _worker_scanner = Scanner(config)
+
+
+def _scan_chunk(runs: list[dict[str, Any]]) -> list[Report]:
+    scanner = _worker_scanner
+    assert scanner is not None
+    return [scanner.scan(r) for r in runs]
+
+
+def _chunks(items: Iterator[TraceRun | InputError]) -> Iterator[list[TraceRun | InputError]]:
+    """Group runs (and errors, kept in place) into chunks of about _CHUNK_EVENTS events."""
+    chunk: list[TraceRun | InputError] = []
+    size = 0
+    for item in items:
+        chunk.append(item)
+        if isinstance(item, TraceRun):
+            size += len(item.events) + 1
+        if size >= _CHUNK_EVENTS:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def scan_stream(
+    items: Iterator[TraceRun | InputError], config: Config, jobs: int = 1
+) -> Iterator[TraceRun | InputError | Report]:
+    """Scan runs in input order, on ``jobs`` processes, with bounded memory.
+
+    Yields each input error where it occurred and a Report for each run. At most
+    ``2 * jobs`` chunks are in flight, so memory does not grow with the input.
+    """
+    if jobs <= 1:
+        scanner = Scanner(config)
+        for item in items:
+            yield item if isinstance(item, InputError) else scanner.scan(item.to_dict())
+        return
+    ctx = multiprocessing.get_context("spawn" if sys.platform == "darwin" else "fork")
+    with ctx.Pool(jobs, initializer=_init_worker, initargs=(config,)) as pool:
+        pending: deque[tuple[list[TraceRun | InputError], Any]] = deque()
+        for chunk in _chunks(items):
+            runs = [r.to_dict() for r in chunk if isinstance(r, TraceRun)]
+            pending.append((chunk, pool.apply_async(_scan_chunk, (runs,))))
+            while len(pending) > 2 * jobs:
+                yield from _drain(*pending.popleft())
+        while pending:
+            yield from _drain(*pending.popleft())
+
+
+def _drain(
+    chunk: list[TraceRun | InputError], result: Any
+) -> Iterator[TraceRun | InputError | Report]:
+    reports = iter(result.get())
+    for item in chunk:
+        yield item if isinstance(item, InputError) else next(reports)
+
+
+def _peek_size(paths: Sequence[str]) -> int:
+    total = 0
+    for p in paths:
+        try:
+            total += os.path.getsize(p) if p != "-" else 0
+        except OSError:
+            pass
+    return total
+
+
+def _cmd_scan(args: argparse.Namespace, config: Config) -> int:
+    jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
+    if _peek_size(args.paths) < _SMALL_INPUT * 100:  # ~100 bytes per event
+        jobs = 1
+    fmt = None if args.format in (None, "native") else args.format
+    show_progress = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+    out = sys.stdout
+    had_error = False
+    failed = False
+    rank = {"ok": 0, "warn": 1, "stop": 2}
+    fail_rank = rank[args.fail_on] if args.fail_on else 99
+    table = _HumanTable() if not args.json else None
+    progress = _Progress(show_progress)
+    with progress:
+        for item in scan_stream(read_runs(args.paths, fmt), config, jobs):
+            if isinstance(item, InputError):
+                had_error = True
+                progress.print_error(str(item))
+                continue
+            assert isinstance(item, Report)
+            progress.advance(item.events)
+            if rank[item.verdict] >= fail_rank:
+                failed = True
+            if table is None:
+                out.write(orjson.dumps(item.to_dict()).decode())
+                out.write("\n")
+            else:
+                table.add(item)
+    if table is not None:
+        table.render()
+    if had_error and table is not None and table.count == 0:
+        return 2
+    if had_error and args.json and progress.runs == 0:
+        return 2
+    return 1 if failed else 0
+
+
+class _Progress:
+    """A rich progress bar on stderr showing runs and events per second."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.runs = 0
+        self.events = 0
+        self._bar: Any = None
+        self._task: Any = None
+        self._start = time.perf_counter()
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.fields[runs]} runs, {task.fields[events]} events"),
+                TextColumn("{task.fields[rate]}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self._bar.__enter__()
+            self._task = self._bar.add_task("scan", runs=0, events=0, rate="")
+        return self
+
+    def advance(self, events: int) -> None:
+        self.runs += 1
+        self.events += events
+        if self._bar is not None and (self.runs % 50 == 0 or events > 1000):
+            elapsed = max(time.perf_counter() - self._start, 1e-9)
+            self._bar.update(
+                self._task,
+                runs=self.runs,
+                events=self.events,
+                rate=f"{self.runs / elapsed:,.0f} runs/s, {self.events / elapsed:,.0f} events/s",
+            )
+
+    def print_error(self, line: str) -> None:
+        if self._bar is not None:
+            self._bar.console.print(line, markup=False, highlight=False)
+        else:
+            print(line, file=sys.stderr)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+
+
+class _HumanTable:
+    """One row per run for people; past 500 runs only flagged runs get a row."""
+
+    _MAX_ALL = 500
+
+    def __init__(self) -> None:
+        self.rows: list[Report] = []
+        self.count = 0
+        self.counts = {"ok": 0, "warn": 0, "stop": 0}
+        self.detectors: dict[str, int] = {}
+
+    def add(self, report: Report) -> None:
+        self.count += 1
+        self.counts[report.verdict] += 1
+        for f in report.findings:
+            self.detectors[f.detector] = self.detectors.get(f.detector, 0) + 1
+        if report.verdict != "ok" or len(self.rows) < self._MAX_ALL:
+            self.rows.append(report)
+
+    def render(self, file: TextIO | None = None) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        target = file or sys.stdout
+        console = Console(file=target, width=None if target.isatty() else 160)
+        rows = self.rows
+        if self.count > self._MAX_ALL:
+            rows = [r for r in rows if r.verdict != "ok"]
+        table = Table(title=f"loopwatch scan: {self.count} runs")
+        for col, just in (
+            ("run", "left"),
+            ("verdict", "left"),
+            ("score", "right"),
+            ("first warn", "right"),
+            ("first stop", "right"),
+            ("top finding", "left"),
+        ):
+            table.add_column(
+                col, justify=just, no_wrap=col != "top finding", overflow="ellipsis"  # type: ignore[arg-type]
+            )
+        style = {"ok": "green", "warn": "yellow", "stop": "bold red"}
+        for r in rows:
+            top = r.top_finding
+            table.add_row(
+                r.run_id,
+                f"[{style[r.verdict]}]{r.verdict}[/]",
+                f"{r.score:.2f}",
+                "-" if r.first_warn is None else str(r.first_warn),
+                "-" if r.first_stop is None else str(r.first_stop),
+                "" if top is None else f"{top.detector}: {_clip(top.message, 110)}",
+            )
+        console.print(table)
+        summary = ", ".join(f"{n} {v}" for v, n in self.counts.items())
+        fired = ", ".join(f"{d} {n}" for d, n in sorted(self.detectors.items(), key=lambda x: -x[1]))
+        console.print(f"{summary}." + (f" Findings by detector: {fired}." if fired else ""))
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# -- config ----------------------------------------------------------------------------
+def _cmd_config(args: argparse.Namespace, config: Config) -> int:
+    sys.stdout.write(_toml(config))
+    return 0
+
+
+def _toml(config: Config) -> str:
+    """The effective configuration as TOML (None thresholds written as 0 = never)."""
+    data = config.to_dict()
+    lines = [f"# effective loopwatch configuration (source: {config.source or 'defaults'})"]
+    tables = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            tables.append((key, value))
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for name, table in tables:
+        lines.append("")
+        lines.append(f"[{name}]")
+        for k, v in table.items():
+            lines.append(f"{k} = {_toml_value(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if value is None:
+        return "0"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return orjson.dumps(value).decode()
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return "[" + ", ".join(_toml_value(v) for v in sorted(value, key=str)) + "]"
+    if isinstance(value, dict):
+        inner = ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items())
+        return "{ " + inner + " }" if inner else "{}"
+    return orjson.dumps(str(value)).decode()
+
+
+# -- demo ------------------------------------------------------------------------------
+def _cmd_demo(args: argparse.Namespace, config: Config) -> int:
+    from rich.console import Console
+
+    from .guard import Guard
+
+    console = Console()
+    examples = resources.files("loopwatch") / "examples"
+    paths = sorted(str(p) for p in examples.iterdir() if p.name.endswith(".jsonl"))
+    console.rule("[bold]1. Offline: scanning the bundled example traces")
+    table = _HumanTable()
+    scanner = Scanner(config)
+    for item in read_runs(paths):
+        if isinstance(item, InputError):
+            console.print(f"[red]{item}[/]")
+            continue
+        table.add(scanner.scan(item.to_dict()))
+    table.render()
+
+    console.rule("[bold]2. Run time: a scripted agent that keeps searching for the same thing")
+    guard = Guard(config)
+    run_id = "demo-agent"
+    for turn in range(8):
+        call = {"kind": "tool_call", "name": "web_search", "args": {"q": "paris weather"}}
+        verdict = guard.observe(run_id, call)
+        console.print(f"turn {turn + 1}: web_search(q='paris weather') -> [bold]{verdict.action}[/]")
+        if verdict.action != "ok":
+            console.print(f"   {verdict.message}", markup=False)
+        if verdict.action == "stop":
+            console.print("[bold red]The guard stopped the run.[/]")
+            break
+        if verdict.action == "skip":
+            continue
+        guard.observe(run_id, {"kind": "tool_result", "name": "web_search", "text": "18C, cloudy"})
+    return 0

@@ -1,0 +1,156 @@
+"""What every detector is: a small object that looks at one event in context.
+
+Detectors keep their own per-run state in ``ctx.state[self.name]`` as plain
+JSON-compatible values (dicts with str keys, lists, numbers, strings), so one run's
+state can be serialised as-is to a shared store. They must be deterministic: the
+same events in the same order give the same findings, which is what makes the
+offline scan and the runtime guard agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar, Final
+
+from ..events import Event
+from ..findings import Finding, Severity
+
+__all__ = [
+    "C_ARGS",
+    "C_KEY",
+    "C_NAME",
+    "C_NORM",
+    "C_NOVEL",
+    "C_RESULT",
+    "C_RSTEP",
+    "C_STEP",
+    "Context",
+    "Detector",
+    "DetectorSet",
+    "preview",
+    "severity_for",
+    "trim",
+]
+
+# Layout of a call record in the shared call window (a list, so it serialises as JSON).
+C_STEP: Final = 0  # event index of the tool_call
+C_KEY: Final = 1  # exact call key
+C_NORM: Final = 2  # normalised call key
+C_NAME: Final = 3  # tool name
+C_RESULT: Final = 4  # result key, None until the result is observed ("E..." = error)
+C_RSTEP: Final = 5  # event index of the tool_result, or None
+C_NOVEL: Final = 6  # True if the normalised key was not in the window when called
+C_ARGS: Final = 7  # short preview of the arguments, for messages
+
+
+class Context:
+    """One event in its run: the event, its index, the run state, and its call record."""
+
+    __slots__ = ("call", "event", "state", "step")
+
+    def __init__(
+        self, step: int, event: Event, state: dict[str, Any], call: list[Any] | None
+    ) -> None:
+        self.step = step
+        self.event = event
+        self.state = state
+        self.call = call
+
+    @property
+    def epoch(self) -> int:
+        """How many novel calls (calls not in the window) the run has made so far."""
+        return int(self.state["epoch"])
+
+    @property
+    def calls(self) -> list[list[Any]]:
+        """The window of recent call records, oldest first."""
+        calls: list[list[Any]] = self.state["calls"]
+        return calls
+
+
+class Detector:
+    """Base class: subclasses set ``name`` and ``kinds`` and implement ``observe``.
+
+    Combine detectors with ``|``: ``RepeatedCall() | Cycle(max_period=8)``.
+    """
+
+    name: ClassVar[str] = "detector"
+    kinds: ClassVar[frozenset[str]] = frozenset()
+
+    def observe(self, ctx: Context) -> Finding | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def my_state(self, ctx: Context, factory: type = dict) -> Any:
+        """This detector's slot in the run state, created on first use."""
+        st = ctx.state.get(self.name)
+        if st is None:
+            st = ctx.state[self.name] = factory()
+        return st
+
+    def __or__(self, other: Detector | DetectorSet) -> DetectorSet:
+        return DetectorSet((self,)) | other
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({params})"
+
+
+class DetectorSet:
+    """An ordered set of detectors, built with ``|``; names must be unique."""
+
+    def __init__(self, detectors: tuple[Detector, ...] = ()) -> None:
+        names = [d.name for d in detectors]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"two detectors share the name(s) {sorted(dupes)}: give each a name")
+        self.detectors = detectors
+
+    def __or__(self, other: Detector | DetectorSet) -> DetectorSet:
+        more = other.detectors if isinstance(other, DetectorSet) else (other,)
+        return DetectorSet(self.detectors + more)
+
+    def __iter__(self) -> Iterator[Detector]:
+        return iter(self.detectors)
+
+    def __len__(self) -> int:
+        return len(self.detectors)
+
+    def __repr__(self) -> str:
+        return " | ".join(repr(d) for d in self.detectors) or "DetectorSet()"
+
+
+def severity_for(count: int, warn_at: int | None, stop_at: int | None) -> Severity | None:
+    """The severity a count reaches: stop at ``stop_at``, warn at ``warn_at``; else None.
+
+    Returns warn only at the threshold itself and stop at and beyond, because a
+    warning is issued once per pattern while a stop must hold on every repeat.
+    """
+    if stop_at is not None and count >= stop_at:
+        return Severity.STOP
+    if warn_at is not None and count == warn_at:
+        return Severity.WARN
+    return None
+
+
+def trim(items: list[Any], limit: int) -> None:
+    """Keep only the last ``limit`` items of a list, in place."""
+    if len(items) > limit:
+        del items[: len(items) - limit]
+
+
+def preview(value: Any, limit: int = 80) -> str:
+    """A short one-line rendering of tool arguments or text for messages."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else _compact(value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _compact(value: Any) -> str:
+    import orjson
+
+    try:
+        return orjson.dumps(value, default=str).decode()
+    except TypeError:
+        return str(value)

@@ -1,0 +1,42 @@
+"""Iteration cap: a hard limit on model turns."""
+
+from __future__ import annotations
+
+from ..events import MODEL
+from ..findings import Finding, Severity
+from .base import Context, Detector
+
+
+class IterationCap(Detector):
+    """Stop after ``max_iterations`` model turns; warn at ``warn_ratio`` of the cap.
+
+    Default 250 turns (mini-swe-agent's own step limit; Fuze's 25 would have stopped
+    most solved coding runs in the corpus). ``None`` disables the cap.
+    """
+
+    name = "iteration_cap"
+    kinds = frozenset({MODEL})
+
+    def __init__(self, max_iterations: int | None = 250, warn_ratio: float = 0.8) -> None:
+        self.max_iterations = max_iterations
+        self.warn_ratio = warn_ratio
+
+    def observe(self, ctx: Context) -> Finding | None:
+        cap = self.max_iterations
+        if cap is None:
+            return None
+        st = ctx.state
+        turns = st["turns"] = st.get("turns", 0) + 1
+        warn_at = max(1, int(cap * self.warn_ratio))
+        if turns > cap:
+            severity = Severity.STOP
+            msg = f"This run has taken {turns} model turns, over its limit of {cap}. Stop here."
+        elif turns == warn_at and warn_at < cap:
+            severity = Severity.WARN
+            msg = (
+                f"This run has taken {turns} of its {cap} model turns. "
+                "Wrap up: give your best answer soon."
+            )
+        else:
+            return None
+        return Finding(self.name, severity, ctx.step, (ctx.step,), msg, "cap")

@@ -1,0 +1,82 @@
+"""Chanting: one output that repeats the same chunk over and over."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from ..events import MODEL
+from ..findings import Finding, Severity
+from .base import Context, Detector, preview
+
+# Structured text repeats by nature and is left out, as Gemini CLI does: fenced code
+# blocks, table rows, list items, headings, divider lines.
+_FENCE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
+_STRUCTURED = re.compile(r"^\s*(?:\||[-*+>#]|\d+[.)]\s|[=_~-]{3,}).*$", re.MULTILINE)
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+_WORD = re.compile(r"\S+")
+_MIN_UNIT = 20  # characters: "Done." repeated is not chanting
+_SHINGLE = 8  # words per shingle for text without sentence breaks
+
+
+class Chanting(Detector):
+    """A single model output that repeats one sentence (or word run) many times.
+
+    Splits the output into sentences and counts the most repeated one (case and
+    spacing folded, at least 20 characters); text with few sentence breaks is cut
+    into 8-word shingles instead. Gemini CLI stops a stream in which a 50-character
+    chunk recurs 10 times close together; we use the same 10 for ``stop_at`` and
+    warn at 6.
+
+    Deliberately ignores: code blocks, tables, lists, headings and divider lines,
+    and outputs shorter than ``min_chars`` (they cannot hold ``warn_at`` repeats
+    of a 20-character sentence).
+    """
+
+    name = "chanting"
+    kinds = frozenset({MODEL})
+
+    def __init__(self, warn_at: int = 6, stop_at: int | None = 10) -> None:
+        self.warn_at = warn_at
+        self.stop_at = stop_at
+        self.min_chars = _MIN_UNIT * warn_at
+
+    def observe(self, ctx: Context) -> Finding | None:
+        text = ctx.event.text
+        if len(text) < self.min_chars:
+            return None
+        unit, count = most_repeated_chunk(text)
+        if count < self.warn_at:
+            return None
+        stop = self.stop_at is not None and count >= self.stop_at
+        severity = Severity.STOP if stop else Severity.WARN
+        return Finding(
+            self.name,
+            severity,
+            ctx.step,
+            (ctx.step,),
+            f"This output repeats {preview(unit, 60)!r} {count} times. "
+            "Stop repeating yourself and state your answer once.",
+            f"{ctx.step}",
+        )
+
+
+def most_repeated_chunk(text: str) -> tuple[str, int]:
+    """The most repeated sentence (or 8-word shingle) of a text and its count."""
+    body = _STRUCTURED.sub("", _FENCE.sub("", text))
+    units = [" ".join(u.lower().split()) for u in _SENTENCE.split(body)]
+    units = [u for u in units if len(u) >= _MIN_UNIT]
+    best, count = "", 0
+    if units:
+        best, count = Counter(units).most_common(1)[0]
+    if len(units) < 4 and len(body) >= 400:
+        # Few sentence breaks: repetition hides inside long run-on text.
+        words = _WORD.findall(body.lower())
+        shingles = Counter(
+            " ".join(words[i : i + _SHINGLE]) for i in range(0, len(words) - _SHINGLE + 1)
+        )
+        if shingles:
+            s_best, s_count = shingles.most_common(1)[0]
+            if s_count > count:
+                best, count = s_best, s_count
+    return best, count

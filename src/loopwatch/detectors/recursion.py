@@ -1,0 +1,69 @@
+"""Recursion: an agent (or chain, or tool span) invoking itself with its own input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..events import SPAN, normalise_text
+from ..findings import Finding
+from .base import Context, Detector, preview, severity_for
+
+_SPANS_MAX = 512  # spans remembered per run (LRU); deeper history is not needed
+_DEPTH_MAX = 64  # ancestors walked at most
+
+
+class Recursion(Detector):
+    """A span nested under an ancestor with the same type, name and input.
+
+    Builds the call tree from ``span`` events' ``id`` and ``parent``; the label is
+    type + name + normalised input text (deepeval's ``type:name:input`` call-graph
+    cycle). Siblings never count, and neither does a span that calls itself with a
+    new input (a planner delegating sub-tasks to itself).
+
+    Defaults: warn when the label occurs twice on one ancestry path (deepeval's
+    rule), stop at three: a sub-agent that re-invokes itself with its own input twice
+    is not going to stop by itself.
+    """
+
+    name = "recursion"
+    kinds = frozenset({SPAN})
+
+    def __init__(self, warn_at: int = 2, stop_at: int | None = 3) -> None:
+        self.warn_at = warn_at
+        self.stop_at = stop_at
+
+    def observe(self, ctx: Context) -> Finding | None:
+        ev = ctx.event
+        spans: dict[str, list[Any]] = self.my_state(ctx)
+        label = f"{ev.type or ''}:{ev.name or ''}:{normalise_text(ev.text)}"
+        depth = 1
+        steps = [ctx.step]
+        parent = ev.parent
+        for _ in range(_DEPTH_MAX):
+            if parent is None:
+                break
+            node = spans.get(parent)
+            if node is None:
+                break
+            if node[0] == label:
+                depth += 1
+                steps.append(node[2])
+            parent = node[1]
+        if ev.id is not None:
+            spans.pop(ev.id, None)
+            spans[ev.id] = [label, ev.parent, ctx.step]
+            if len(spans) > _SPANS_MAX:
+                del spans[next(iter(spans))]
+        severity = severity_for(depth, self.warn_at, self.stop_at)
+        if severity is None:
+            return None
+        kind = ev.type or "span"
+        return Finding(
+            self.name,
+            severity,
+            ctx.step,
+            tuple(sorted(steps)),
+            f"{kind} {ev.name!r} invoked itself with the same input {preview(ev.text, 60)!r} "
+            f"({depth} levels deep). Do the task here instead of delegating it to yourself.",
+            label,
+        )

@@ -1,0 +1,122 @@
+"""Stagnation: model outputs that restate each other, or say nothing, turn after turn."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..events import MODEL, TOOL_CALL
+from ..findings import Finding, Severity
+from .base import Context, Detector, preview, severity_for, trim
+
+_WORD = re.compile(r"[^\W_]+")
+_AGENTS_MAX = 16
+_STEPS_MAX = 8
+# Only the first characters of an output are compared: a restatement shows from its
+# start, and this bounds the cost per event and the state kept per agent.
+_COMPARE_CHARS = 1500
+
+
+def _words(text: str) -> dict[str, int]:
+    """The distinct words of a text, as a dict (JSON-serialisable, set-like keys)."""
+    return dict.fromkeys(_WORD.findall(text[:_COMPARE_CHARS].lower()), 1)
+
+
+def jaccard(a: dict[str, int], b: dict[str, int]) -> float:
+    """Jaccard similarity of two word sets."""
+    if not a or not b:
+        return 0.0
+    inter = len(a.keys() & b.keys())
+    return inter / (len(a) + len(b) - inter)
+
+
+class Stagnation(Detector):
+    """Consecutive model outputs of one agent that restate each other, or are empty.
+
+    "Consecutive" means no tool call in between: when the agent acts between two
+    outputs, the call-level detectors judge whether the action is a loop, and a
+    thought restated before each new action is normal (clean runs do it). Outputs
+    are compared per agent (the ``agent`` field), so two agents bouncing the same
+    request back and forth are caught as each repeating itself.
+
+    Similarity is the Jaccard index of the two outputs' word sets, which is blind to
+    word and clause order (a plan restated with its clauses shuffled scores 0.93 on
+    the scenarios) and at least as strict a test of overlap as deepeval's bigram
+    Jaccard. Outputs with fewer than ``min_words`` distinct words must match exactly
+    (case and spacing folded). Empty outputs count as repeating each other.
+
+    Defaults: ``similarity`` 0.8 (restated plans score 0.93; outputs that share a
+    preamble but say different things at most 0.58 on the scenarios); warn at the
+    2nd restating output (Needlr's "degenerate loop": 2 identical outputs in a row),
+    stop at the 4th.
+    """
+
+    name = "stagnation"
+    kinds = frozenset({MODEL, TOOL_CALL})
+
+    def __init__(
+        self,
+        similarity: float = 0.8,
+        min_words: int = 10,
+        warn_at: int = 2,
+        stop_at: int | None = 4,
+    ) -> None:
+        self.similarity = similarity
+        self.min_words = min_words
+        self.warn_at = warn_at
+        self.stop_at = stop_at
+
+    def observe(self, ctx: Context) -> Finding | None:
+        st: dict[str, list[Any]] = self.my_state(ctx)
+        if ctx.event.kind == TOOL_CALL:
+            if st:
+                st.clear()  # the agent acted: outputs before and after are not "in a row"
+            return None
+        ev = ctx.event
+        agent = ev.agent or ""
+        text = ev.text.strip()
+        words = _words(text) if len(text) >= 2 * self.min_words else {}
+        exact = ev.text_key
+        prev = st.pop(agent, None)
+        # entry: [count, exact key, words, evidence steps]
+        if prev is not None and (
+            prev[1] == exact
+            or (
+                len(words) >= self.min_words
+                and len(prev[2]) >= self.min_words
+                and jaccard(words, prev[2]) >= self.similarity
+            )
+        ):
+            prev[0] += 1
+            prev[1] = exact
+            prev[2] = words
+            prev[3].append(ctx.step)
+            trim(prev[3], _STEPS_MAX)
+            entry = prev
+        else:
+            entry = [1, exact, words, [ctx.step]]
+        st[agent] = entry
+        if len(st) > _AGENTS_MAX:
+            del st[next(iter(st))]
+        count = entry[0]
+        severity = severity_for(count, self.warn_at, self.stop_at)
+        if severity is None:
+            return None
+        who = f"{agent} has" if agent else "You have"
+        if not text:
+            what = f"produced {count} empty outputs in a row"
+        else:
+            what = f"said essentially the same thing {count} times in a row ({preview(text, 60)!r})"
+        action = (
+            "Say something new: act on your plan, ask for what you need, or give your answer."
+            if severity is Severity.WARN
+            else "This is not moving forward; stop and give your best answer."
+        )
+        return Finding(
+            self.name,
+            severity,
+            ctx.step,
+            tuple(entry[3]),
+            f"{who} {what}. {action}",
+            f"{agent}@{entry[3][0]}",
+        )

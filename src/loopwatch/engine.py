@@ -1,0 +1,135 @@
+"""The one engine behind both doors: feeds events to detectors over one run's state.
+
+The runtime guard calls :meth:`Engine.step` for each event as it happens; the
+offline scan calls the same method for each recorded event. Both therefore see the
+same findings at the same steps, by construction.
+
+Run state is a plain dict of JSON-compatible values and stays bounded: a window of
+compact call records, a few counters, and each detector's own bounded slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final
+
+from .detectors.base import C_NAME, C_NORM, C_RESULT, C_RSTEP, C_STEP, Context, Detector, preview
+from .events import KINDS, TOOL_CALL, TOOL_RESULT, Event
+from .findings import Finding, Severity
+
+__all__ = ["CALL_WINDOW", "Engine", "new_state"]
+
+# Calls kept in the shared window. Large enough for a cycle of period 6 seen 4 times
+# (24 calls) plus slack; a repeat farther back than this counts as new again.
+CALL_WINDOW: Final = 32
+_PENDING_MAX: Final = 64
+_WARNED_MAX: Final = 256
+
+
+def new_state() -> dict[str, Any]:
+    """A fresh, empty run state."""
+    return {"n": 0, "calls": [], "seen": {}, "pending": {}, "epoch": 0, "ncalls": 0, "warned": {}}
+
+
+class Engine:
+    """Runs a set of detectors over one run's events, step by step."""
+
+    def __init__(self, detectors: Iterable[Detector]) -> None:
+        self.detectors = tuple(detectors)
+        by_kind: dict[str, list[Detector]] = {k: [] for k in KINDS}
+        for det in self.detectors:
+            for kind in det.kinds:
+                by_kind.setdefault(kind, []).append(det)
+        self._by_kind = {k: tuple(v) for k, v in by_kind.items()}
+
+    def step(self, state: dict[str, Any], event: Event) -> list[Finding]:
+        """Observe one event; return the findings to report for it (warnings deduplicated).
+
+        A warning is reported once per (detector, pattern); a stop is reported every
+        time it holds, so a guard keeps blocking a call the agent keeps repeating.
+        """
+        step = state["n"]
+        state["n"] = step + 1
+        kind = event.kind
+        call = None
+        if kind == TOOL_CALL:
+            call = _record_call(state, event, step)
+        elif kind == TOOL_RESULT:
+            call = _record_result(state, event, step)
+        detectors = self._by_kind.get(kind)
+        if not detectors:
+            return []
+        ctx = Context(step, event, state, call)
+        findings: list[Finding] = []
+        for det in detectors:
+            found = det.observe(ctx)
+            if found is None:
+                continue
+            if found.severity is Severity.WARN:
+                warned = state["warned"]
+                key = f"{found.detector}:{found.pattern}"
+                if key in warned:
+                    continue
+                warned[key] = step
+                if len(warned) > _WARNED_MAX:
+                    del warned[next(iter(warned))]
+            findings.append(found)
+        return findings
+
+
+def _record_call(state: dict[str, Any], event: Event, step: int) -> list[Any]:
+    """Append the call to the shared window; mark it novel if its key is new there."""
+    norm = event.norm_key
+    seen: dict[str, int] = state["seen"]
+    novel = norm not in seen
+    if novel:
+        state["epoch"] += 1
+    seen[norm] = seen.get(norm, 0) + 1
+    rec = [step, event.call_key, norm, event.name or "", None, None, novel, preview(event.args)]
+    calls: list[list[Any]] = state["calls"]
+    calls.append(rec)
+    state["ncalls"] += 1
+    if len(calls) > CALL_WINDOW:
+        old = calls.pop(0)[C_NORM]
+        left = seen[old] - 1
+        if left:
+            seen[old] = left
+        else:
+            del seen[old]
+    if event.id is not None:
+        pending: dict[str, int] = state["pending"]
+        pending[event.id] = step
+        if len(pending) > _PENDING_MAX:
+            del pending[next(iter(pending))]
+    return rec
+
+
+def _record_result(state: dict[str, Any], event: Event, step: int) -> list[Any] | None:
+    """Attach the result to its call: by id when given, else the oldest call still
+    waiting for a result (traces without ids list results in call order)."""
+    calls: list[list[Any]] = state["calls"]
+    rec = None
+    if event.id is not None:
+        call_step = state["pending"].pop(event.id, None)
+        if call_step is not None:
+            for r in reversed(calls):
+                if r[C_STEP] == call_step:
+                    rec = r
+                    break
+    if rec is None:
+        for r in calls:
+            if r[C_RSTEP] is None and (event.name is None or r[C_NAME] == event.name):
+                rec = r
+                break
+        else:
+            # A result whose call we never saw, or named differently (python ->
+            # code_execution): fall back to the latest call without a result.
+            for r in reversed(calls):
+                if r[C_RSTEP] is None:
+                    rec = r
+                    break
+    if rec is None:
+        return None
+    rec[C_RESULT] = event.result_key
+    rec[C_RSTEP] = step
+    return rec

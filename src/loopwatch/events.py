@@ -1,0 +1,321 @@
+"""The event model and the fingerprints every detector shares.
+
+An :class:`Event` is one step of an agent run in the shape of FORMAT.md. Its
+fingerprints are computed at most once (lazily, cached on the event) so that
+ten detectors looking at the same tool call pay for one hash, not ten.
+
+Fingerprints are 64-bit xxh3 hashes rendered as 16 hex characters. They are
+stable across processes and Python versions (no built-in ``hash()`` of str,
+which is salted per process), so run state that holds them can live in Redis
+and be shared by many workers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+import orjson
+import xxhash
+
+__all__ = [
+    "KINDS",
+    "MODEL",
+    "SPAN",
+    "TOOL_CALL",
+    "TOOL_RESULT",
+    "USER",
+    "Event",
+    "canonical_args",
+    "mask_volatile",
+    "normalise_text",
+]
+
+MODEL: Final = "model"
+TOOL_CALL: Final = "tool_call"
+TOOL_RESULT: Final = "tool_result"
+USER: Final = "user"
+SPAN: Final = "span"
+KINDS: Final = frozenset({MODEL, TOOL_CALL, TOOL_RESULT, USER, SPAN})
+
+_hexdigest = xxhash.xxh3_64_hexdigest
+
+# Values that change on every call without changing what the call means or what it
+# returned: UUIDs, ISO-8601 timestamps, long hex ids (request ids, trace ids, hashes),
+# and dates. Masked in results everywhere and in arguments only in string values
+# (never numbers: page=1 and page=2 are different calls).
+_VOLATILE = re.compile(
+    r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
+    r"|\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
+    r"|\b\d{2}:\d{2}:\d{2}(?:\.\d+)?\b"
+    r"|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{16,}\b"
+    r"|\b(?:req|request|trace|span|msg|call|run)[_-][A-Za-z0-9]{6,}\b",
+    re.IGNORECASE,
+)
+# Argument keys whose values are volatile by name (a fresh request id per retry
+# must not make two identical calls look different).
+_VOLATILE_KEYS: Final = frozenset(
+    {
+        "request_id", "requestid", "trace_id", "traceid", "span_id", "spanid",
+        "idempotency_key", "idempotencykey", "nonce", "timestamp", "ts",
+        "correlation_id", "correlationid", "call_id", "tool_call_id",
+    }
+)  # fmt: skip
+# Words that rewording adds or drops without changing a query ("weather in paris").
+_STOPWORDS: Final = frozenset(
+    {"a", "an", "the", "in", "of", "for", "on", "to", "at", "by", "with", "and", "or", "is"}
+)
+_WORD = re.compile(r"[^\W_]+")
+
+
+def mask_volatile(text: str) -> str:
+    """Replace volatile values (UUIDs, timestamps, long hex ids) with a placeholder."""
+    return _VOLATILE.sub("#", text)
+
+
+def normalise_text(text: str) -> str:
+    """Fold case, whitespace, punctuation, word order and stop words; mask volatile values.
+
+    Two strings with the same normal form say the same thing for our purposes:
+    "Paris weather", "weather in paris " and "PARIS WEATHER" all become
+    "paris weather".
+    """
+    words = [w for w in _WORD.findall(mask_volatile(text).lower()) if w not in _STOPWORDS]
+    words.sort()
+    return " ".join(words)
+
+
+def _maybe_json(value: Any) -> Any:
+    """Decode a string that holds a JSON object or array; anything else unchanged."""
+    if isinstance(value, str):
+        s = value.strip()
+        if s[:1] in ("{", "["):
+            try:
+                return orjson.loads(s)
+            except orjson.JSONDecodeError:
+                return value
+    return value
+
+
+def canonical_args(args: Any) -> bytes:
+    """Canonical JSON bytes of tool arguments: key order and JSON-string-vs-dict insensitive."""
+    return orjson.dumps(
+        _maybe_json(args), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str
+    )
+
+
+def _normalise_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return normalise_text(value)
+    if isinstance(value, Mapping):
+        return {
+            str(k).lower(): ("#" if str(k).lower() in _VOLATILE_KEYS else _normalise_value(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [_normalise_value(v) for v in value]
+    return value
+
+
+# Normalised keys by exact key: a looping agent sends the same call again and again,
+# so the (costlier) normalisation runs once per distinct call. Bounded; cleared when full.
+_NORM_CACHE: dict[str, str] = {}
+_NORM_CACHE_MAX: Final = 16384
+_RESULT_CACHE: dict[str, str] = {}
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value) if value is not None else 0.0
+    except (TypeError, ValueError):
+        return 0.0
+
+
+class Event:
+    """One step of an agent run (FORMAT.md), with lazily cached fingerprints.
+
+    Build one with :meth:`from_dict` (a FORMAT.md event object) or the
+    constructor. Unknown fields are kept in ``extra`` and ignored by detectors.
+    """
+
+    __slots__ = (
+        "_call_key",
+        "_norm_key",
+        "_result_key",
+        "agent",
+        "args",
+        "cost",
+        "error",
+        "extra",
+        "id",
+        "kind",
+        "name",
+        "parent",
+        "text",
+        "to",
+        "tokens",
+        "type",
+    )
+
+    def __init__(
+        self,
+        kind: str,
+        name: str | None = None,
+        args: Any = None,
+        text: str = "",
+        id: str | None = None,
+        parent: str | None = None,
+        type: str | None = None,
+        error: bool = False,
+        tokens: float = 0.0,
+        cost: float = 0.0,
+        agent: str | None = None,
+        to: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.name = name
+        self.args = args
+        self.text = text
+        self.id = id
+        self.parent = parent
+        self.type = type
+        self.error = error
+        self.tokens = tokens
+        self.cost = cost
+        self.agent = agent
+        self.to = to
+        self.extra = extra
+        self._call_key: str | None = None
+        self._norm_key: str | None = None
+        self._result_key: str | None = None
+
+    _FIELDS: Final = frozenset(
+        {"kind", "name", "args", "text", "id", "parent", "type", "error", "tokens", "cost",
+         "agent", "to"}
+    )  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Event:
+        """Build an event from a FORMAT.md event object; tolerant of wrong types.
+
+        A missing or non-string ``kind`` becomes ``""`` (ignored by detectors but
+        keeps its index); ``text`` that is not a string is JSON-encoded.
+        """
+        get = data.get
+        kind = get("kind")
+        text = get("text")
+        if text is None:
+            text = ""
+        elif not isinstance(text, str):
+            text = orjson.dumps(text, default=str).decode()
+        name = get("name")
+        ident = get("id")
+        parent = get("parent")
+        extra = {k: v for k, v in data.items() if k not in cls._FIELDS} if len(data) > 3 else None
+        return cls(
+            kind=kind if isinstance(kind, str) else "",
+            name=None if name is None else str(name),
+            args=get("args"),
+            text=text,
+            id=None if ident is None else str(ident),
+            parent=None if parent is None else str(parent),
+            type=None if get("type") is None else str(get("type")),
+            error=bool(get("error", False)),
+            tokens=_float(get("tokens")),
+            cost=_float(get("cost")),
+            agent=None if get("agent") is None else str(get("agent")),
+            to=None if get("to") is None else str(get("to")),
+            extra=extra or None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The FORMAT.md object for this event (only the fields that are set)."""
+        out: dict[str, Any] = {"kind": self.kind}
+        for field in ("name", "args", "id", "parent", "type", "agent", "to"):
+            value = getattr(self, field)
+            if value is not None:
+                out[field] = value
+        if self.text or self.kind == MODEL:
+            out["text"] = self.text
+        if self.error:
+            out["error"] = True
+        if self.tokens:
+            out["tokens"] = self.tokens
+        if self.cost:
+            out["cost"] = self.cost
+        if self.extra:
+            out.update(self.extra)
+        return out
+
+    # -- fingerprints -------------------------------------------------------------
+    @property
+    def call_key(self) -> str:
+        """Exact call key: tool name + canonical arguments."""
+        key = self._call_key
+        if key is None:
+            key = self._call_key = _hexdigest(
+                (self.name or "").encode() + b"\x00" + canonical_args(self.args)
+            )
+        return key
+
+    @property
+    def norm_key(self) -> str:
+        """Normalised call key: string values folded (case, spacing, word order,
+        punctuation, stop words), volatile values and volatile-named keys masked."""
+        key = self._norm_key
+        if key is None:
+            exact = self.call_key
+            key = _NORM_CACHE.get(exact)
+            if key is None:
+                normalised = _normalise_value(_maybe_json(self.args))
+                key = _hexdigest(
+                    (self.name or "").encode()
+                    + b"\x00"
+                    + orjson.dumps(normalised, option=orjson.OPT_SORT_KEYS, default=str)
+                )
+                if len(_NORM_CACHE) >= _NORM_CACHE_MAX:
+                    _NORM_CACHE.clear()
+                _NORM_CACHE[exact] = key
+            self._norm_key = key
+        return key
+
+    @property
+    def name_key(self) -> str:
+        """Name-only key (the tool name itself; short and already stable)."""
+        return self.name or ""
+
+    @property
+    def result_key(self) -> str:
+        """Result key: the text with volatile values masked, whitespace folded, plus the
+        error flag. Two results with the same key carry the same information."""
+        key = self._result_key
+        if key is None:
+            raw = _hexdigest(self.text.encode())
+            key = _RESULT_CACHE.get(raw)
+            if key is None:
+                folded = " ".join(mask_volatile(self.text).split())
+                key = _hexdigest(folded.encode())
+                if len(_RESULT_CACHE) >= _NORM_CACHE_MAX:
+                    _RESULT_CACHE.clear()
+                _RESULT_CACHE[raw] = key
+            if self.error:
+                key = "E" + key[1:]
+            self._result_key = key
+        return key
+
+    @property
+    def text_key(self) -> str:
+        """Fingerprint of model output: case and whitespace folded."""
+        return _hexdigest(" ".join(self.text.lower().split()).encode())
+
+    def __repr__(self) -> str:
+        bits = [self.kind]
+        if self.name:
+            bits.append(self.name)
+        if self.args is not None:
+            bits.append(repr(self.args)[:60])
+        if self.text:
+            bits.append(repr(self.text[:40]))
+        return f"Event({', '.join(bits)})"

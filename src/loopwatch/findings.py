@@ -1,0 +1,98 @@
+"""What detectors report (Finding) and what the guard answers (Verdict)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+__all__ = ["Action", "Finding", "LoopDetected", "Severity", "StoreUnavailable", "Verdict"]
+
+
+class Severity(str, Enum):
+    """How sure a detector is that the run loops: ``warn`` (suspicious) or ``stop``."""
+
+    WARN = "warn"
+    STOP = "stop"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Action(str, Enum):
+    """What the guard tells the agent loop to do with this step."""
+
+    OK = "ok"
+    WARN = "warn"  # inject the message into the model's next request
+    SKIP = "skip"  # do not execute this tool call; return the message as its result
+    STOP = "stop"  # end the run
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One detector's evidence that the run is looping.
+
+    ``step`` is the event index at which the detector fired; ``steps`` are the
+    event indices the evidence rests on; ``pattern`` identifies the repeated
+    thing (a call key, an error key...) so a warning is issued once per pattern.
+    """
+
+    detector: str
+    severity: Severity
+    step: int
+    steps: tuple[int, ...]
+    message: str
+    pattern: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "detector": self.detector,
+            "severity": self.severity.value,
+            "step": self.step,
+            "steps": list(self.steps),
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The guard's answer for one observed event.
+
+    ``message`` is the text to show the model (warn), to return as the tool's
+    result (skip), or to explain the stop. ``state_available`` is False when the
+    store could not be reached and the guard let the step through unexamined.
+    """
+
+    action: Action
+    step: int
+    findings: tuple[Finding, ...] = ()
+    message: str | None = None
+    state_available: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.action is Action.OK
+
+    @property
+    def should_stop(self) -> bool:
+        return self.action is Action.STOP
+
+    @property
+    def should_skip(self) -> bool:
+        return self.action is Action.SKIP
+
+
+class LoopDetected(RuntimeError):
+    """Raised by integrations when the guard says stop; carries the verdict."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        self.verdict = verdict
+        super().__init__(verdict.message or "loop detected")
+
+
+class StoreUnavailable(RuntimeError):
+    """The guard's state store could not be reached and ``on_store_error="raise"``."""

@@ -1,0 +1,148 @@
+"""The runtime guard: observes each step of many concurrent runs and answers.
+
+Usage::
+
+    guard = Guard()                      # defaults, or loopwatch.toml if present
+    verdict = guard.observe(run_id, {"kind": "tool_call", "name": "web_search",
+                                     "args": {"q": "paris weather"}})
+    if verdict.action == "skip": ...     # don't run the tool; return verdict.message
+    if verdict.action == "stop": ...     # end the run
+    if verdict.action == "warn": ...     # show verdict.message to the model
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .config import Config
+from .detectors import Detector
+from .engine import Engine, new_state
+from .events import Event
+from .findings import Action, StoreUnavailable, Verdict
+from .policy import Policy
+from .stores import Store, store_from_url
+from .stores.base import State
+
+__all__ = ["Guard"]
+
+log = logging.getLogger("loopwatch")
+
+
+class Guard:
+    """Per-run loop detection for live agents; thread- and asyncio-safe.
+
+    Parameters: a :class:`Config` (default: ``loopwatch.toml`` or
+    ``[tool.loopwatch]`` found from the working directory, else the built-in
+    defaults), then keyword overrides with the same names as the configuration
+    keys (``on_loop="skip"``, ``max_iterations=100``,
+    ``repeated_call={"stop_at": 8}``, ``store="redis://localhost:6379/0"``...).
+    ``detectors`` replaces the configured detector set outright.
+    """
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        detectors: Any = None,
+        store: Store | str | None = None,
+        **options: Any,
+    ) -> None:
+        cfg = config if config is not None else Config.load()
+        if options:
+            cfg = cfg.with_options(options)
+        self.config = cfg
+        dets: tuple[Detector, ...] = (
+            tuple(detectors) if detectors is not None else tuple(cfg.detectors())
+        )
+        self.engine = Engine(dets)
+        self.policy = Policy(cfg.on_loop)  # type: ignore[arg-type]
+        if isinstance(store, Store):
+            self.store = store
+        else:
+            url = store or cfg.store
+            extra: dict[str, Any] = {}
+            if url.startswith("memory"):
+                extra = {"max_runs": cfg.max_runs, "ttl_seconds": cfg.ttl_seconds}
+            else:
+                extra = {"ttl_seconds": cfg.ttl_seconds}
+            self.store = store_from_url(url, **extra)
+        self.on_store_error = cfg.on_store_error
+        self._outage = False
+        self._outage_lock = threading.Lock()
+
+    # -- the hot path -----------------------------------------------------------------
+    def observe(self, run_id: str, event: Event | Mapping[str, Any]) -> Verdict:
+        """Observe one event of a run and return what the agent loop should do."""
+        ev = event if isinstance(event, Event) else Event.from_dict(event)
+        try:
+            verdict = self.store.apply(run_id, self._stepper(ev), new_state)
+        except StoreUnavailable as exc:
+            return self._store_failed(exc)
+        self._recovered()
+        return verdict
+
+    async def aobserve(self, run_id: str, event: Event | Mapping[str, Any]) -> Verdict:
+        """Async :meth:`observe` (uses the store's async path)."""
+        ev = event if isinstance(event, Event) else Event.from_dict(event)
+        try:
+            verdict = await self.store.aapply(run_id, self._stepper(ev), new_state)
+        except StoreUnavailable as exc:
+            return self._store_failed(exc)
+        self._recovered()
+        return verdict
+
+    def _stepper(self, ev: Event) -> Callable[[State], Verdict]:
+        engine, policy = self.engine, self.policy
+
+        def step(state: State) -> Verdict:
+            n = state["n"]
+            findings = engine.step(state, ev)
+            if not findings:
+                return Verdict(Action.OK, n)
+            return policy.decide(n, ev.kind, findings)
+
+        return step
+
+    # -- store faults -----------------------------------------------------------------
+    def _store_failed(self, exc: StoreUnavailable) -> Verdict:
+        if self.on_store_error == "raise":
+            raise exc
+        with self._outage_lock:
+            first = not self._outage
+            self._outage = True
+        if first:
+            log.warning("loopwatch: state store unavailable (%s); letting steps through", exc)
+        return Verdict(
+            Action.OK,
+            -1,
+            message=f"[loopwatch] state store unavailable: {exc}",
+            state_available=False,
+        )
+
+    def _recovered(self) -> None:
+        if self._outage:
+            with self._outage_lock:
+                if self._outage:
+                    self._outage = False
+                    log.warning("loopwatch: state store reachable again")
+
+    # -- housekeeping -------------------------------------------------------------------
+    def reset(self, run_id: str) -> None:
+        """Forget a run (call it when the run ends to free its state at once)."""
+        self.store.reset(run_id)
+
+    def state(self, run_id: str) -> State | None:
+        """The run's current state (for inspection)."""
+        return self.store.get(run_id)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Guard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

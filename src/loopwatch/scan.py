@@ -1,0 +1,217 @@
+"""Offline scan: a recorded run in, a Report out (score, findings, iteration metrics).
+
+The scan feeds the run's events, one by one, to the same :class:`Engine` and
+:class:`Policy` the runtime guard uses, on a fresh state. Its ``first_warn`` and
+``first_stop`` are therefore exactly where a guard replaying the run would have
+warned and stopped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from .config import Config
+from .engine import Engine, new_state
+from .events import MODEL, TOOL_CALL, Event
+from .findings import Finding, Severity
+from .policy import Policy
+
+__all__ = ["Report", "Scanner", "scan"]
+
+# Score per detector: 1.0 when silent; a warning alone costs a little (suspicious,
+# not proven); a stop costs most of it, and each further stop a little more.
+_WARN_SCORE = 0.8
+_STOP_SCORE = 0.4
+_EXTRA_STOP = 0.05
+_FLOOR = 0.05
+
+
+@dataclass
+class Report:
+    """The scan of one run: FORMAT.md's output object plus a per-detector breakdown."""
+
+    run_id: str
+    verdict: str
+    score: float
+    first_warn: int | None
+    first_stop: int | None
+    findings: list[Finding]
+    metrics: dict[str, Any]
+    breakdown: dict[str, float] = field(default_factory=dict)
+    events: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The FORMAT.md ``loopwatch scan --json`` object for this run."""
+        return {
+            "run_id": self.run_id,
+            "verdict": self.verdict,
+            "score": self.score,
+            "first_warn": self.first_warn,
+            "first_stop": self.first_stop,
+            "findings": [f.to_dict() for f in self.findings],
+            "metrics": self.metrics,
+        }
+
+    @property
+    def top_finding(self) -> Finding | None:
+        """The first stop finding, else the first warning."""
+        for f in self.findings:
+            if f.severity is Severity.STOP:
+                return f
+        return self.findings[0] if self.findings else None
+
+
+class _Metrics:
+    """Needlr-style iteration metrics, accumulated in the same single pass."""
+
+    __slots__ = (
+        "degenerate",
+        "empty",
+        "iterations",
+        "last_text",
+        "last_was_final",
+        "pending_empty",
+        "prev_key",
+        "run",
+        "useful",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.iterations = 0
+        self.useful = 0  # iterations with text or tool calls
+        self.empty = 0  # iterations with neither
+        self.pending_empty = False  # current iteration has no text yet and no call
+        self.prev_key: str | None = None
+        self.degenerate = False
+        self.last_was_final = False
+        self.run = 0
+        self.last_text = ""
+
+    def add(self, ev: Event) -> None:
+        if ev.kind == MODEL:
+            if self.pending_empty:
+                self.empty += 1
+            self.iterations += 1
+            has_text = bool(ev.text.strip())
+            if has_text:
+                self.useful += 1
+                key = ev.text_key
+                if key == self.prev_key:
+                    self.degenerate = True
+                self.prev_key = key
+            self.pending_empty = not has_text
+            self.last_was_final = has_text
+        elif ev.kind == TOOL_CALL:
+            if self.pending_empty:
+                self.pending_empty = False
+                self.useful += 1
+            self.last_was_final = False
+            self.prev_key = None
+
+    def result(self, max_iterations: int | None) -> dict[str, Any]:
+        empty = self.empty + (1 if self.pending_empty else 0)
+        hit = max_iterations is not None and self.iterations >= max_iterations
+        return {
+            "iteration_count": self.iterations,
+            "empty_outputs": empty,
+            "terminated_coherently": self.last_was_final and not hit,
+            "efficiency_ratio": round(self.useful / self.iterations, 4) if self.iterations else 1.0,
+            "degenerate_loop": self.degenerate,
+            "max_iterations_hit": hit,
+        }
+
+
+class Scanner:
+    """Scans runs with one configuration; reuse it for many runs."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config if config is not None else _discovered_config()
+        self.engine = Engine(self.config.detectors())
+        self.policy = Policy(self.config.on_loop)  # type: ignore[arg-type]
+
+    def scan(self, run: Mapping[str, Any] | Iterable[Any], run_id: str | None = None) -> Report:
+        """Scan one run: a FORMAT.md run object, or an iterable of events
+        (FORMAT.md dicts or :class:`Event`)."""
+        if isinstance(run, Mapping):
+            run_id = str(run.get("run_id", run_id or ""))
+            events: Iterable[Any] = run.get("events") or ()
+        else:
+            events = run
+        engine, policy = self.engine, self.policy
+        state = new_state()
+        metrics = _Metrics()
+        findings: list[Finding] = []
+        first_warn = first_stop = None
+        n = 0
+        for raw in events:
+            ev = (
+                raw
+                if isinstance(raw, Event)
+                else Event.from_dict(raw if isinstance(raw, Mapping) else {})
+            )
+            step = n
+            n += 1
+            metrics.add(ev)
+            found = engine.step(state, ev)
+            if not found:
+                continue
+            verdict = policy.decide(step, ev.kind, found)
+            findings.extend(verdict.findings)
+            if first_warn is None:
+                first_warn = step
+            if first_stop is None and policy.blocks(verdict.action):
+                first_stop = step
+        breakdown = _breakdown(findings)
+        score = 1.0
+        for value in breakdown.values():
+            score *= value
+        if first_stop is not None:
+            verdict_name = "stop"
+        elif first_warn is not None:
+            verdict_name = "warn"
+        else:
+            verdict_name = "ok"
+        return Report(
+            run_id=run_id or "",
+            verdict=verdict_name,
+            score=round(score, 4),
+            first_warn=first_warn,
+            first_stop=first_stop,
+            findings=findings,
+            metrics=metrics.result(self.config.max_iterations),
+            breakdown=breakdown,
+            events=n,
+        )
+
+
+def _breakdown(findings: list[Finding]) -> dict[str, float]:
+    """Per-detector sub-scores (1.0 clean ... near 0 severe), multiplied into the score."""
+    stops: dict[str, int] = {}
+    warned: set[str] = set()
+    for f in findings:
+        if f.severity is Severity.STOP:
+            stops[f.detector] = stops.get(f.detector, 0) + 1
+        else:
+            warned.add(f.detector)
+    out = {d: max(_FLOOR, _STOP_SCORE - _EXTRA_STOP * (n - 1)) for d, n in stops.items()}
+    for d in warned:
+        out.setdefault(d, _WARN_SCORE)
+    return out
+
+
+@lru_cache(maxsize=8)
+def _config_for(cwd: str) -> Config:
+    return Config.load(start=cwd)
+
+
+def _discovered_config() -> Config:
+    return _config_for(os.getcwd())
+
+
+def scan(run: Mapping[str, Any] | Iterable[Any], config: Config | None = None) -> Report:
+    """Scan one recorded run (a FORMAT.md run object or a list of events)."""
+    return Scanner(config).scan(run)

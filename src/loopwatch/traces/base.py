@@ -1,0 +1,53 @@
+"""What every trace reader yields: runs in the native shape, or input errors."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import sys
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+__all__ = ["InputError", "TraceRun", "open_text"]
+
+
+@dataclass(slots=True)
+class TraceRun:
+    """One run as read from a file, in the FORMAT.md shape (events are dicts)."""
+
+    run_id: str
+    events: list[dict[str, Any]]
+    meta: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # other top-level fields (labels...)
+    path: str = ""
+    line: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"run_id": self.run_id}
+        if self.meta:
+            out["meta"] = self.meta
+        out.update(self.extra)
+        out["events"] = self.events
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class InputError:
+    """Input that could not be read: reported as ``path:line: reason``; the scan goes on."""
+
+    path: str
+    line: int | None
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line is not None else self.path
+        return f"{where}: {self.reason}"
+
+
+def open_text(path: str) -> IO[str]:
+    """Open a trace file for reading as UTF-8 text: ``-`` is stdin, ``.gz`` is gunzipped."""
+    if path == "-":
+        return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+    if path.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")

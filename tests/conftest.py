@@ -1,0 +1,40 @@
+"""Shared fixtures and helpers for the test suite."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+
+def load_scenarios(name: str = "conformance.jsonl") -> list[dict[str, Any]]:
+    with open(DATA / name, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def meets_expectation(expect: dict[str, Any], first_warn: int | None, first_stop: int | None) -> str:
+    """'' if a scan result meets a scenario's ``expect`` (scenarios/README.md), else why not."""
+    verdict = expect["verdict"]
+    problems = []
+    if verdict == "ok" and (first_warn is not None or first_stop is not None):
+        problems.append("expected no warn and no stop")
+    elif verdict == "not_stop" and first_stop is not None:
+        problems.append("expected no stop")
+    elif verdict in ("warn", "stop") and "warn_by" in expect:
+        if first_warn is None or first_warn > expect["warn_by"]:
+            problems.append(f"expected a warn by step {expect['warn_by']}")
+    if verdict == "stop" and (first_stop is None or first_stop > expect["stop_by"]):
+        problems.append(f"expected a stop by step {expect['stop_by']}")
+    if "warn_not_before" in expect and first_warn is not None:
+        if first_warn < expect["warn_not_before"]:
+            problems.append(f"warned before step {expect['warn_not_before']}")
+    return "; ".join(problems)
+
+
+@pytest.fixture
+def scenarios() -> list[dict[str, Any]]:
+    return load_scenarios()

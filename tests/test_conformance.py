@@ -1,0 +1,38 @@
+"""Every labelled scenario meets its expectation with the default configuration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import load_scenarios, meets_expectation
+
+from loopwatch import Config, Guard, scan
+
+SCENARIOS = load_scenarios()
+
+
+@pytest.mark.parametrize("run", SCENARIOS, ids=[r["run_id"] for r in SCENARIOS])
+def test_scan_meets_expectation(run: dict[str, Any]) -> None:
+    report = scan(run, Config())
+    problem = meets_expectation(run["expect"], report.first_warn, report.first_stop)
+    assert not problem, f"{run['run_id']}: {problem} (got {report.to_dict()})"
+
+
+@pytest.mark.parametrize("run", SCENARIOS, ids=[r["run_id"] for r in SCENARIOS])
+def test_guard_replay_meets_expectation(run: dict[str, Any]) -> None:
+    guard = Guard(Config())
+    first_warn = first_stop = None
+    for step, event in enumerate(run["events"]):
+        verdict = guard.observe(run["run_id"], event)
+        assert verdict.step == step
+        if verdict.action != "ok" and first_warn is None:
+            first_warn = step
+        if verdict.action in ("stop", "skip") and first_stop is None:
+            first_stop = step
+    assert not meets_expectation(run["expect"], first_warn, first_stop)
+
+
+def test_scenario_file_has_both_loops_and_healthy_runs() -> None:
+    verdicts = {r["expect"]["verdict"] for r in SCENARIOS}
+    assert {"ok", "stop", "warn", "not_stop"} <= verdicts
