@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint services bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,8 +21,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# pytest exits 5 when it collects no test: make fails on it like on any other error.
-test: lint
+# Services the tests need (redis-server, chromium...): each scripts/services.d/*.sh
+# installs what is missing. pytest exits 5 when it collects no test: make fails on it.
+services:
+	bash scripts/ensure_services.sh
+
+test: lint services
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

@@ -80,6 +80,13 @@ def _parser() -> argparse.ArgumentParser:
     p_conf.add_argument("--config", metavar="FILE", help="a loopwatch.toml or pyproject.toml")
     p_conf.set_defaults(func=_cmd_config)
 
+    p_report = sub.add_parser("report", help="write a self-contained HTML report of traces")
+    p_report.add_argument("paths", nargs="+", metavar="PATH", help="trace files, or - for stdin")
+    p_report.add_argument("-o", "--output", default="loopwatch-report.html", help="HTML file")
+    p_report.add_argument("--config", metavar="FILE", help="a loopwatch.toml or pyproject.toml")
+    p_report.add_argument("--format", choices=(*FORMATS, "native"), help="force the trace format")
+    p_report.set_defaults(func=_cmd_report)
+
     p_demo = sub.add_parser("demo", help="scan the bundled examples and replay a looping agent")
     p_demo.add_argument("--config", metavar="FILE", help="a loopwatch.toml or pyproject.toml")
     p_demo.set_defaults(func=_cmd_demo)
@@ -347,6 +354,17 @@ def _toml_value(value: Any) -> str:
         inner = ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items())
         return "{ " + inner + " }" if inner else "{}"
     return orjson.dumps(str(value)).decode()
+
+
+# -- report ----------------------------------------------------------------------------
+def _cmd_report(args: argparse.Namespace, config: Config) -> int:
+    try:
+        from .report.cli import run_report  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as exc:
+        print(f"loopwatch report: {exc} (pip install 'loopwatch[report]')", file=sys.stderr)
+        return 2
+    code: int = run_report(args, config)
+    return code
 
 
 # -- demo ------------------------------------------------------------------------------
