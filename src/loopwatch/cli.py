@@ -8,6 +8,7 @@ reaches that verdict; 2 on a usage error or unreadable input.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import sys
@@ -159,10 +160,8 @@ def _drain(
 def _peek_size(paths: Sequence[str]) -> int:
     total = 0
     for p in paths:
-        try:
+        with contextlib.suppress(OSError):
             total += os.path.getsize(p) if p != "-" else 0
-        except OSError:
-            pass
     return total
 
 
@@ -292,7 +291,10 @@ class _HumanTable:
             ("top finding", "left"),
         ):
             table.add_column(
-                col, justify=just, no_wrap=col != "top finding", overflow="ellipsis"  # type: ignore[arg-type]
+                col,
+                justify=just,
+                no_wrap=col != "top finding",
+                overflow="ellipsis",  # type: ignore[arg-type]
             )
         style = {"ok": "green", "warn": "yellow", "stop": "bold red"}
         for r in rows:
@@ -307,7 +309,9 @@ class _HumanTable:
             )
         console.print(table)
         summary = ", ".join(f"{n} {v}" for v, n in self.counts.items())
-        fired = ", ".join(f"{d} {n}" for d, n in sorted(self.detectors.items(), key=lambda x: -x[1]))
+        fired = ", ".join(
+            f"{d} {n}" for d, n in sorted(self.detectors.items(), key=lambda x: -x[1])
+        )
         console.print(f"{summary}." + (f" Findings by detector: {fired}." if fired else ""))
 
 
@@ -392,7 +396,9 @@ def _cmd_demo(args: argparse.Namespace, config: Config) -> int:
     for turn in range(8):
         call = {"kind": "tool_call", "name": "web_search", "args": {"q": "paris weather"}}
         verdict = guard.observe(run_id, call)
-        console.print(f"turn {turn + 1}: web_search(q='paris weather') -> [bold]{verdict.action}[/]")
+        console.print(
+            f"turn {turn + 1}: web_search(q='paris weather') -> [bold]{verdict.action}[/]"
+        )
         if verdict.action != "ok":
             console.print(f"   {verdict.message}", markup=False)
         if verdict.action == "stop":

@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from .config import Config
+from .detectors import Detector
 from .engine import Engine, new_state
 from .events import MODEL, TOOL_CALL, Event
 from .findings import Finding, Severity
@@ -128,9 +129,11 @@ class _Metrics:
 class Scanner:
     """Scans runs with one configuration; reuse it for many runs."""
 
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(
+        self, config: Config | None = None, detectors: Iterable[Detector] | None = None
+    ) -> None:
         self.config = config if config is not None else _discovered_config()
-        self.engine = Engine(self.config.detectors())
+        self.engine = Engine(self.config.detectors() if detectors is None else detectors)
         self.policy = Policy(self.config.on_loop)  # type: ignore[arg-type]
 
     def scan(self, run: Mapping[str, Any] | Iterable[Any], run_id: str | None = None) -> Report:
