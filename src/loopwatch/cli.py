@@ -282,19 +282,13 @@ class _HumanTable:
         if self.count > self._MAX_ALL:
             rows = [r for r in rows if r.verdict != "ok"]
         table = Table(title=f"loopwatch scan: {self.count} runs")
-        for col, just in (
-            ("run", "left"),
-            ("verdict", "left"),
-            ("score", "right"),
-            ("first warn", "right"),
-            ("first stop", "right"),
-            ("top finding", "left"),
-        ):
+        for col in ("run", "verdict", "score", "first warn", "first stop", "top finding"):
+            right = col in ("score", "first warn", "first stop")
             table.add_column(
                 col,
-                justify=just,
+                justify="right" if right else "left",
                 no_wrap=col != "top finding",
-                overflow="ellipsis",  # type: ignore[arg-type]
+                overflow="ellipsis",
             )
         style = {"ok": "green", "warn": "yellow", "stop": "bold red"}
         for r in rows:
