@@ -22,7 +22,10 @@ class ErrorLoop(Detector):
       the calls were: rewording a command that fails the same
       way is not progress;
     * one tool failing ``tool_warn_at``/``tool_stop_at`` times in a row, even with
-      different errors and arguments (Hermes: warn at 3, halt at 8).
+      different errors and arguments (Hermes: warn at 3, halt at 8). We stop at 10:
+      the longest failure streak in a solved corpus run is 8 (a mini-swe-agent run
+      rejected 8 times for its output format, which then recovered), while the
+      bioagent runs that loop on failures reach 10 and 20.
 
     Deliberately ignores: a transient error followed by a success (the success
     resets both counts), and errors not marked as such in the trace (a shell
@@ -37,7 +40,7 @@ class ErrorLoop(Detector):
         warn_at: int = 3,
         stop_at: int | None = 5,
         tool_warn_at: int = 3,
-        tool_stop_at: int | None = 8,
+        tool_stop_at: int | None = 10,
     ) -> None:
         self.warn_at = warn_at
         self.stop_at = stop_at

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..events import TOOL_RESULT
@@ -10,26 +11,37 @@ from .base import C_NAME, C_NOVEL, Context, Detector, severity_for, trim
 
 _SEEN_MAX = 64  # result keys remembered per run
 _STEPS_MAX = 10
-# A repeated result shorter than this from a *new* call is an acknowledgement
-# ("ok", "written", "[]"): write_file -> "ok" for different files is progress.
+# A result with less content than this (markup and spacing removed) is an
+# acknowledgement: "ok", "[]", "File written.", or mini-swe-agent's
+# "<returncode>0</returncode><output></output>" after a silent shell edit.
 _ACK_CHARS = 40
+_MARKUP = re.compile(r"<[^>]{1,40}>|\s+")
+
+
+def contentless(text: str) -> bool:
+    """True for an empty result or a bare acknowledgement."""
+    if len(text) > 400:
+        return False
+    return len(_MARKUP.sub("", text)) < _ACK_CHARS
 
 
 class NoProgress(Detector):
     """Consecutive tool results that bring nothing new, even when the calls differ.
 
-    A result counts as *stale* when it is an error seen before, when it repeats an
-    earlier result (or is empty) for a call made before, or when a new call returns
-    a long result identical to an earlier one (the arguments made no difference:
-    reworded searches landing on the same page). Any other result is progress and
-    resets the count.
+    A result is *stale* when it is an error seen before, when a call made before
+    returns a result seen before or an empty one, or when a new call returns a
+    substantial result identical to an earlier one (the arguments made no
+    difference: reworded searches landing on the same page). A new result, a new
+    error, or a new call acknowledged with a bare "ok" (something was changed) is
+    progress and resets the count.
 
     Deliberately ignores: the same short acknowledgement from different calls
-    (``write_file`` -> ``ok`` for many files), empty output from new commands (a
-    shell edit prints nothing), and errors that differ.
+    (``write_file`` -> ``ok`` for many files, a silent shell edit), and errors that
+    differ (the error detector counts a tool failing again and again).
 
-    Defaults warn at 5 and stop at 10 stale results in a row: lower than that,
-    the corpus' coding runs (re-reading files between edits) tripped it.
+    Defaults warn at 5 and stop at 10 stale results in a row. Measured on the
+    corpus: with acknowledgements of new calls counted as stale, a solved
+    mini-swe-agent run (edit, rebuild, check, repeated with new edits) reached 10.
     """
 
     name = "no_progress"
@@ -46,13 +58,12 @@ class NoProgress(Detector):
         key = ev.result_key
         novel_call = bool(ctx.call[C_NOVEL]) if ctx.call else True
         repeated = key in seen
-        text = ev.text.strip()
         if ev.error:
             stale = repeated
         elif novel_call:
-            stale = repeated and len(text) >= _ACK_CHARS
+            stale = repeated and not contentless(ev.text)
         else:
-            stale = repeated or not text
+            stale = repeated or not ev.text.strip()
         seen.pop(key, None)
         seen[key] = ctx.step
         if len(seen) > _SEEN_MAX:

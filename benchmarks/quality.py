@@ -1,0 +1,223 @@
+"""Detection quality on labelled traces: recall on loops, false alarms on healthy runs.
+
+Usage::
+
+    python benchmarks/quality.py [CORPUS.jsonl ...] [--scenarios FILE] [--config FILE]
+                                 [--json] [--show-solved-stops]
+
+Defaults to every ``*.jsonl`` in ``../shared/corpus`` and the scenario file in
+``tests/data``. Any corpus in the native format works; these fields are read:
+
+* ``labels.loop``: true (a loop), false (explicitly not), null (unlabelled);
+* task outcome in ``meta``: ``resolved`` true, ``reward`` == 1, ``task_solved`` true
+  mark a run whose task was solved (stopping it would have been wrong);
+* ``meta.mistake_event_i`` or ``meta.loop_step``: the labelled step, if any, to
+  report how many events after it the stop came.
+
+Prints one table per file and a total; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from loopwatch import Config, Scanner  # noqa: E402
+from loopwatch.traces import InputError, read_runs  # noqa: E402
+
+
+def solved(meta: dict[str, Any]) -> bool | None:
+    """True/False when the run's task outcome is known, else None."""
+    if "resolved" in meta:
+        return bool(meta["resolved"])
+    if "reward" in meta and meta["reward"] is not None:
+        return float(meta["reward"]) >= 1.0
+    if "task_solved" in meta:
+        return bool(meta["task_solved"])
+    return None
+
+
+@dataclass
+class Tally:
+    runs: int = 0
+    events: int = 0
+    loops: int = 0
+    loops_stopped: int = 0
+    loops_flagged: int = 0
+    not_loops: int = 0
+    false_stops: int = 0
+    false_warns: int = 0
+    solved: int = 0
+    solved_stops: int = 0
+    solved_warns: int = 0
+    unlabelled: int = 0
+    unlabelled_stops: int = 0
+    unlabelled_warns: int = 0
+    delays: list[int] = field(default_factory=list)
+    solved_stop_ids: list[str] = field(default_factory=list)
+    missed_loop_ids: list[str] = field(default_factory=list)
+    detectors: dict[str, int] = field(default_factory=dict)
+
+    def add(self, run: dict[str, Any], report: Any) -> None:
+        self.runs += 1
+        self.events += len(run.get("events", []))
+        label = (run.get("labels") or {}).get("loop")
+        meta = run.get("meta") or {}
+        verdict = report.verdict
+        stopped = verdict == "stop"
+        flagged = verdict != "ok"
+        if stopped:
+            for f in report.findings:
+                if f.severity.value == "stop":
+                    self.detectors[f.detector] = self.detectors.get(f.detector, 0) + 1
+                    break
+        if label is True:
+            self.loops += 1
+            self.loops_stopped += stopped
+            self.loops_flagged += flagged
+            if not stopped:
+                self.missed_loop_ids.append(run["run_id"])
+            at = meta.get("loop_step", meta.get("mistake_event_i"))
+            if stopped and isinstance(at, int):
+                self.delays.append(report.first_stop - at)
+        elif label is False:
+            self.not_loops += 1
+            self.false_stops += stopped
+            self.false_warns += flagged and not stopped
+        else:
+            self.unlabelled += 1
+            self.unlabelled_stops += stopped
+            self.unlabelled_warns += flagged and not stopped
+        if solved(meta):
+            self.solved += 1
+            self.solved_stops += stopped
+            self.solved_warns += flagged and not stopped
+            if stopped:
+                self.solved_stop_ids.append(run["run_id"])
+
+    def merge(self, other: Tally) -> None:
+        for name, value in vars(other).items():
+            mine = getattr(self, name)
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    mine[k] = mine.get(k, 0) + v
+            else:
+                setattr(self, name, mine + value)
+
+    def row(self) -> dict[str, Any]:
+        def rate(n: int, d: int) -> str:
+            return f"{n}/{d} ({100 * n / d:.0f}%)" if d else "-"
+
+        delays = sorted(self.delays)
+        return {
+            "runs": self.runs,
+            "events": self.events,
+            "loop recall (stop)": rate(self.loops_stopped, self.loops),
+            "loop recall (warn|stop)": rate(self.loops_flagged, self.loops),
+            "false stops (loop=false)": rate(self.false_stops, self.not_loops),
+            "false warns (loop=false)": rate(self.false_warns, self.not_loops),
+            "stops on solved runs": rate(self.solved_stops, self.solved),
+            "warns on solved runs": rate(self.solved_warns, self.solved),
+            "stops, unlabelled": rate(self.unlabelled_stops, self.unlabelled),
+            "warns, unlabelled": rate(self.unlabelled_warns, self.unlabelled),
+            "stop delay after labelled step (median)": (
+                delays[len(delays) // 2] if delays else "-"
+            ),
+            "stopping detector": ", ".join(
+                f"{k} {v}" for k, v in sorted(self.detectors.items(), key=lambda x: -x[1])
+            )
+            or "-",
+        }
+
+
+def scenario_check(path: Path, scanner: Scanner) -> tuple[int, int, list[str]]:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conftest import meets_expectation
+
+    ok = total = 0
+    failures = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        run = json.loads(line)
+        report = scanner.scan(run)
+        total += 1
+        problem = meets_expectation(run["expect"], report.first_warn, report.first_stop)
+        if problem:
+            failures.append(f"{run['run_id']}: {problem}")
+        else:
+            ok += 1
+    return ok, total, failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("corpus", nargs="*", help="native JSONL corpus files")
+    parser.add_argument("--scenarios", default=str(ROOT / "tests" / "data" / "conformance.jsonl"))
+    parser.add_argument("--config", help="a loopwatch.toml to evaluate instead of the defaults")
+    parser.add_argument("--json", action="store_true", help="print the totals as JSON")
+    parser.add_argument(
+        "--show-solved-stops", action="store_true", help="list solved runs that were stopped"
+    )
+    args = parser.parse_args(argv)
+    paths = [Path(p) for p in args.corpus] or sorted(
+        (ROOT.parent / "shared" / "corpus").glob("*.jsonl")
+    )
+    config = Config.load(args.config) if args.config else Config()
+    scanner = Scanner(config)
+
+    total = Tally()
+    rows: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        tally = Tally()
+        for item in read_runs(str(path)):
+            if isinstance(item, InputError):
+                print(item, file=sys.stderr)
+                continue
+            run = item.to_dict()
+            tally.add(run, scanner.scan(run))
+        rows[path.name] = tally.row()
+        total.merge(tally)
+        if args.show_solved_stops and tally.solved_stop_ids:
+            print(f"{path.name}: solved runs stopped: {', '.join(tally.solved_stop_ids)}")
+    rows["TOTAL"] = total.row()
+
+    if Path(args.scenarios).is_file():
+        ok, n, failures = scenario_check(Path(args.scenarios), scanner)
+        scen = f"{ok}/{n} scenarios meet their expectation"
+    else:
+        scen, failures = "no scenario file", []
+
+    if args.json:
+        print(json.dumps({"files": rows, "scenarios": scen, "failures": failures}, indent=2))
+        return 0
+    metrics = list(rows["TOTAL"])
+    width = max(len(m) for m in metrics)
+    cols = list(rows)
+    colw = [max(len(c), *(len(str(rows[c][m])) for m in metrics)) for c in cols]
+    print(" " * width + " | " + " | ".join(c.ljust(w) for c, w in zip(cols, colw)))
+    print("-" * (width + 3 + sum(w + 3 for w in colw)))
+    for m in metrics:
+        print(
+            m.ljust(width)
+            + " | "
+            + " | ".join(str(rows[c][m]).ljust(w) for c, w in zip(cols, colw))
+        )
+    print(f"\n{scen}")
+    for f in failures:
+        print(f"  FAIL {f}")
+    if total.missed_loop_ids:
+        print(f"loops not stopped: {', '.join(total.missed_loop_ids)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
