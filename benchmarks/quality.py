@@ -203,13 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     width = max(len(m) for m in metrics)
     cols = list(rows)
     colw = [max(len(c), *(len(str(rows[c][m])) for m in metrics)) for c in cols]
-    print(" " * width + " | " + " | ".join(c.ljust(w) for c, w in zip(cols, colw)))
+    print(" " * width + " | " + " | ".join(c.ljust(w) for c, w in zip(cols, colw, strict=True)))
     print("-" * (width + 3 + sum(w + 3 for w in colw)))
     for m in metrics:
         print(
             m.ljust(width)
             + " | "
-            + " | ".join(str(rows[c][m]).ljust(w) for c, w in zip(cols, colw))
+            + " | ".join(str(rows[c][m]).ljust(w) for c, w in zip(cols, colw, strict=True))
         )
     print(f"\n{scen}")
     for f in failures:

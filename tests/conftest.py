@@ -16,7 +16,9 @@ def load_scenarios(name: str = "conformance.jsonl") -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-def meets_expectation(expect: dict[str, Any], first_warn: int | None, first_stop: int | None) -> str:
+def meets_expectation(
+    expect: dict[str, Any], first_warn: int | None, first_stop: int | None
+) -> str:
     """'' if a scan result meets a scenario's ``expect`` (scenarios/README.md), else why not."""
     verdict = expect["verdict"]
     problems = []
@@ -24,14 +26,17 @@ def meets_expectation(expect: dict[str, Any], first_warn: int | None, first_stop
         problems.append("expected no warn and no stop")
     elif verdict == "not_stop" and first_stop is not None:
         problems.append("expected no stop")
-    elif verdict in ("warn", "stop") and "warn_by" in expect:
-        if first_warn is None or first_warn > expect["warn_by"]:
-            problems.append(f"expected a warn by step {expect['warn_by']}")
+    elif (
+        verdict in ("warn", "stop")
+        and "warn_by" in expect
+        and (first_warn is None or first_warn > expect["warn_by"])
+    ):
+        problems.append(f"expected a warn by step {expect['warn_by']}")
     if verdict == "stop" and (first_stop is None or first_stop > expect["stop_by"]):
         problems.append(f"expected a stop by step {expect['stop_by']}")
-    if "warn_not_before" in expect and first_warn is not None:
-        if first_warn < expect["warn_not_before"]:
-            problems.append(f"warned before step {expect['warn_not_before']}")
+    early = expect.get("warn_not_before")
+    if early is not None and first_warn is not None and first_warn < early:
+        problems.append(f"warned before step {early}")
     return "; ".join(problems)
 
 
