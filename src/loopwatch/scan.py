@@ -215,6 +215,13 @@ def _discovered_config() -> Config:
     return _config_for(os.getcwd())
 
 
-def scan(run: Mapping[str, Any] | Iterable[Any], config: Config | None = None) -> Report:
-    """Scan one recorded run (a FORMAT.md run object or a list of events)."""
-    return Scanner(config).scan(run)
+def scan(
+    run: Mapping[str, Any] | Iterable[Any],
+    config: Config | None = None,
+    detectors: Iterable[Detector] | None = None,
+) -> Report:
+    """Scan one recorded run (a FORMAT.md run object or a list of events).
+
+    ``detectors`` replaces the configured detector set, as in ``Guard(detectors=...)``.
+    """
+    return Scanner(config, detectors).scan(run)

@@ -1,0 +1,247 @@
+"""Each detector on its own: what it catches, and what it deliberately ignores."""
+
+from __future__ import annotations
+
+from runs import Events, model, run, tool
+
+from loopwatch import (
+    Chanting,
+    Config,
+    Cycle,
+    Detector,
+    ErrorLoop,
+    Frequency,
+    IterationCap,
+    NoProgress,
+    Recursion,
+    RepeatedCall,
+    Report,
+    Stagnation,
+    scan,
+)
+
+
+def only(detector: Detector, events: Events) -> Report:
+    return scan(run(events), Config(), detectors=[detector])
+
+
+def firsts(report: Report) -> tuple[int | None, int | None]:
+    return report.first_warn, report.first_stop
+
+
+# -- repeated call --------------------------------------------------------------------
+def test_repeated_call_warns_at_third_and_stops_at_fifth_identical_call() -> None:
+    events: Events = []
+    for _ in range(6):
+        events += tool("search", {"q": "x"}, "same")
+    report = only(RepeatedCall(), events)
+    assert firsts(report) == (4, 8)  # calls are at 0, 2, 4, 6, 8, 10
+    assert report.findings[0].steps == (0, 1, 2, 3, 4)
+    assert "search" in report.findings[0].message and "3 times" in report.findings[0].message
+
+
+def test_repeated_call_with_changing_results_is_progress() -> None:
+    events: Events = []
+    for i in range(10):
+        events += tool("status", {"job": "j"}, f"running {i * 10}%")
+    assert firsts(only(RepeatedCall(), events)) == (None, None)
+
+
+def test_repeated_call_restarts_after_a_new_call_in_between() -> None:
+    events: Events = []
+    for i in range(6):
+        events += tool("edit", {"patch": f"fix {i}"}, "ok")
+        events += tool("run_tests", {"path": "t"}, "1 failed")
+    assert firsts(only(RepeatedCall(), events)) == (None, None)
+
+
+def test_repeated_call_without_results_counts_as_no_new_information() -> None:
+    events = [{"kind": "tool_call", "name": "search", "args": {"q": "x"}} for _ in range(5)]
+    assert firsts(only(RepeatedCall(), events)) == (2, 4)
+
+
+def test_repeated_call_thresholds_are_configurable() -> None:
+    events: Events = []
+    for _ in range(4):
+        events += tool("search", {"q": "x"}, "same")
+    assert firsts(only(RepeatedCall(warn_at=2, stop_at=4), events)) == (2, 6)
+    assert firsts(only(RepeatedCall(warn_at=5, stop_at=None), events)) == (None, None)
+
+
+# -- cycle ----------------------------------------------------------------------------
+def _cycle(period: int, rounds: int, vary: bool = False) -> Events:
+    events: Events = []
+    for r in range(rounds):
+        for p in range(period):
+            suffix = f" round {r}" if vary else ""
+            events += tool(f"t{p}", {"a": p}, f"result {p}{suffix}")
+    return events
+
+
+def test_cycle_of_period_two_and_three() -> None:
+    assert firsts(only(Cycle(), _cycle(2, 5))) == (10, 14)
+    assert firsts(only(Cycle(), _cycle(3, 5))) == (16, 22)
+
+
+def test_cycle_with_new_results_each_round_is_not_a_cycle() -> None:
+    assert firsts(only(Cycle(), _cycle(3, 6, vary=True))) == (None, None)
+
+
+def test_cycle_leaves_a_single_repeated_call_to_repeated_call() -> None:
+    assert firsts(only(Cycle(), _cycle(1, 8))) == (None, None)
+
+
+def test_name_level_cycle_fires_on_edit_test_rounds() -> None:
+    events: Events = []
+    for i in range(6):
+        events += tool("edit", {"patch": f"fix {i}"}, "ok")
+        events += tool("run_tests", {"path": "t"}, f"{5 - i} failed")
+    assert firsts(only(Cycle(), events)) == (None, None)
+    report = only(Cycle(level="name", warn_repeats=3, stop_repeats=None), events)
+    assert report.first_warn is not None and report.first_stop is None
+    assert report.findings[0].detector == "name_cycle"
+
+
+# -- frequency ------------------------------------------------------------------------
+def test_frequency_counts_one_tool_in_the_window_with_overrides() -> None:
+    events: Events = []
+    for i in range(25):
+        events += tool("poll", {"page": i}, f"page {i}")
+    assert only(Frequency(warn_at=20), events).first_warn == 38
+    assert only(Frequency(exempt={"poll"}), events).first_warn is None
+    report = only(Frequency(per_tool={"poll": (10, 15)}), events)
+    assert firsts(report) == (18, 28)
+
+
+# -- error loop -----------------------------------------------------------------------
+def test_error_loop_same_error_from_reworded_calls() -> None:
+    events: Events = []
+    for i in range(5):
+        events += tool("sh", {"cmd": f"pytest -k t{i}"}, "ModuleNotFoundError: foo", error=True)
+    report = only(ErrorLoop(), events)
+    assert firsts(report) == (5, 9)
+    assert "same error" in report.findings[0].message
+
+
+def test_error_loop_tool_failing_with_different_errors() -> None:
+    events: Events = []
+    for i in range(10):
+        events += tool("sh", {"cmd": f"c{i}"}, f"error number {i}", error=True)
+    assert firsts(only(ErrorLoop(), events)) == (5, 19)
+
+
+def test_error_loop_resets_on_success() -> None:
+    events: Events = []
+    for i in range(6):
+        events += tool("fetch", {"u": "a"}, "TimeoutError", error=True)
+        events += tool("fetch", {"u": f"b{i}"}, f"page {i}")
+    assert firsts(only(ErrorLoop(), events)) == (None, None)
+
+
+# -- no progress ----------------------------------------------------------------------
+def test_no_progress_reworded_searches_landing_on_the_same_page() -> None:
+    page = "Acme Corp - Wikipedia. Acme Corp is a fictional company that makes everything."
+    events: Events = []
+    for i in range(12):
+        events += tool("search", {"q": f"acme ceo name variant {i}"}, page)
+    assert firsts(only(NoProgress(), events)) == (11, 21)
+
+
+def test_no_progress_ignores_acknowledgements_of_new_writes() -> None:
+    events: Events = []
+    for i in range(20):
+        events += tool("write_file", {"path": f"out/{i}.txt", "body": f"chunk {i}"}, "ok")
+    events += tool("sh", {"cmd": "sed -i s/a/b/ f"}, "<returncode>0</returncode><output></output>")
+    assert firsts(only(NoProgress(), events)) == (None, None)
+
+
+# -- stagnation -----------------------------------------------------------------------
+PLAN = (
+    "I will analyze the requirements carefully, then consider the available options, "
+    "and choose the most appropriate solution for the parser module."
+)
+
+
+def test_stagnation_catches_reordered_restatements() -> None:
+    clauses = [c.strip() for c in PLAN.rstrip(".").split(",")]
+    outputs = [", ".join(clauses[i:] + clauses[:i]) + "." for i in range(5)]
+    assert firsts(only(Stagnation(), [model(o) for o in outputs])) == (1, 3)
+
+
+def test_stagnation_needs_outputs_in_a_row_without_actions_between() -> None:
+    events: Events = []
+    for i in range(6):
+        events.append(model(PLAN))
+        events += tool("step", {"i": i}, f"result {i}")
+    assert firsts(only(Stagnation(), events)) == (None, None)
+
+
+def test_stagnation_is_per_agent_so_ping_pong_is_caught() -> None:
+    events = []
+    for _ in range(4):
+        events.append(model("Could you clarify which report you need?", agent="writer"))
+        events.append(model("Please clarify which report you need me to write.", agent="boss"))
+    report = only(Stagnation(), events)
+    assert firsts(report) == (2, 6)
+    assert "writer" in report.findings[0].message
+
+
+def test_stagnation_empty_outputs_and_distinct_outputs() -> None:
+    assert firsts(only(Stagnation(), [model("") for _ in range(5)])) == (1, 3)
+    distinct = [model(f"Step {i}: now looking at topic number {i} in detail.") for i in range(6)]
+    assert firsts(only(Stagnation(), distinct)) == (None, None)
+
+
+# -- chanting -------------------------------------------------------------------------
+def test_chanting_repeated_sentence_and_run_on_text() -> None:
+    text = "The answer is 42 because the question asks for it. " * 12
+    assert firsts(only(Chanting(), [model(text)])) == (0, 0)
+    run_on = "and then we loop around again " * 30
+    assert only(Chanting(), [model(run_on)]).first_stop == 0
+    assert only(Chanting(), [model("A sentence that says something. " * 7)]).first_stop is None
+
+
+def test_chanting_ignores_code_tables_and_lists() -> None:
+    code = "```\n" + "print('the same line of code here')\n" * 30 + "```"
+    table = "\n".join("| the same cell value | the same cell value |" for _ in range(30))
+    bullets = "\n".join("- the same bullet point text here" for _ in range(30))
+    for text in (code, table, bullets):
+        assert firsts(only(Chanting(), [model(text)])) == (None, None)
+
+
+# -- recursion ------------------------------------------------------------------------
+def _span(sid: str, text: str, parent: str | None = None, name: str = "agent_a") -> dict:
+    ev = {"kind": "span", "name": name, "type": "agent", "id": sid, "text": text}
+    if parent:
+        ev["parent"] = parent
+    return ev
+
+
+def test_recursion_same_input_nested() -> None:
+    events = [_span("a", "task"), _span("b", "Task.", "a"), _span("c", "task", "b")]
+    report = only(Recursion(), events)
+    assert firsts(report) == (1, 2)
+    assert report.findings[-1].steps == (0, 1, 2)
+
+
+def test_recursion_ignores_siblings_new_inputs_and_other_names() -> None:
+    events = [
+        _span("a", "task"),
+        _span("b", "sub task one", "a"),
+        _span("c", "task", "a", name="agent_b"),
+        _span("d", "sub task two", "a"),
+        _span("e", "task", "missing-parent"),
+    ]
+    assert firsts(only(Recursion(), events)) == (None, None)
+
+
+# -- iteration cap --------------------------------------------------------------------
+def test_iteration_cap() -> None:
+    events = [model(f"turn {i}") for i in range(12)]
+    assert firsts(only(IterationCap(max_iterations=10), events)) == (7, 10)
+    assert firsts(only(IterationCap(max_iterations=None), events)) == (None, None)
+
+
+def test_detectors_compose_with_or() -> None:
+    combined = RepeatedCall() | Cycle(max_period=4)
+    assert [d.name for d in combined] == ["repeated_call", "cycle"]

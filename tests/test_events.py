@@ -1,0 +1,116 @@
+"""Fingerprints: what counts as the same call, the same result, the same output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loopwatch import Event
+from loopwatch.events import mask_volatile, normalise_text
+
+
+def call(name: str, args: object) -> Event:
+    return Event.from_dict({"kind": "tool_call", "name": name, "args": args})
+
+
+def result(text: str, error: bool = False) -> Event:
+    return Event.from_dict({"kind": "tool_result", "name": "t", "text": text, "error": error})
+
+
+def test_call_key_ignores_key_order_and_json_string_encoding() -> None:
+    a = call("search", {"q": "paris", "n": 3})
+    b = call("search", {"n": 3, "q": "paris"})
+    c = call("search", '{"q": "paris", "n": 3}')
+    assert a.call_key == b.call_key == c.call_key
+
+
+def test_call_key_separates_tools_and_arguments() -> None:
+    base = call("search", {"q": "paris"})
+    assert base.call_key != call("fetch", {"q": "paris"}).call_key
+    assert base.call_key != call("search", {"q": "lyon"}).call_key
+    # Exact key is exact: case matters there, not in the normalised key.
+    upper = call("search", {"q": "PARIS"})
+    assert base.call_key != upper.call_key
+    assert base.norm_key == upper.norm_key
+
+
+def test_norm_key_folds_rewording_but_keeps_numbers() -> None:
+    variants = ["paris weather", "Paris weather", "paris  weather", "weather paris",
+                "Paris Weather ", "PARIS WEATHER", "weather in paris", "paris, weather!"]  # fmt: skip
+    keys = {call("web_search", {"q": v}).norm_key for v in variants}
+    assert len(keys) == 1
+    pages = {call("list_orders", {"page": p, "per_page": 50}).norm_key for p in range(1, 6)}
+    assert len(pages) == 5, "pagination must stay distinct"
+    assert call("s", {"q": "paris weather"}).norm_key != call("s", {"q": "lyon weather"}).norm_key
+
+
+def test_norm_key_masks_volatile_values_and_volatile_named_keys() -> None:
+    a = call("get", {"id": "job", "request_id": "r-1", "at": "2024-05-01T10:00:00Z"})
+    b = call("get", {"id": "job", "request_id": "r-2", "at": "2024-05-01T10:00:07Z"})
+    assert a.norm_key == b.norm_key
+    assert a.call_key != b.call_key
+
+
+def test_result_key_masks_volatile_values_and_marks_errors() -> None:
+    a = result("done at 2024-05-01 10:00:00, request 3f2a9c1e-1111-4a5b-9c3d-0123456789ab")
+    b = result("done at 2024-05-01 10:00:09, request 7c2a9c1e-2222-4a5b-9c3d-0123456789ab")
+    assert a.result_key == b.result_key
+    assert result("18C cloudy").result_key != result("19C cloudy").result_key
+    assert result("boom").result_key != result("boom", error=True).result_key
+    assert result("a  b\n c").result_key == result("a b c").result_key
+
+
+def test_mask_and_normalise_helpers() -> None:
+    assert mask_volatile("trace 0123456789abcdef0123 ok") == "trace # ok"
+    assert normalise_text("The Weather, in PARIS!") == "paris weather"
+
+
+def test_from_dict_is_tolerant_and_keeps_unknown_fields() -> None:
+    ev = Event.from_dict({"kind": 3, "text": {"a": 1}, "tokens": "x", "custom": [1]})
+    assert ev.kind == ""  # unknown kind: ignored by detectors, keeps its index
+    assert json.loads(ev.text) == {"a": 1}
+    assert ev.tokens == 0.0
+    assert ev.extra == {"custom": [1]}
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@given(name=st.text(max_size=10), args=_json)
+def test_fingerprints_are_deterministic_and_round_trip(name: str, args: object) -> None:
+    ev = call(name, args)
+    again = Event.from_dict(ev.to_dict())
+    assert again.call_key == ev.call_key
+    assert again.norm_key == ev.norm_key
+    assert len(ev.call_key) == 16
+
+
+def test_fingerprints_are_stable_across_processes() -> None:
+    """State lives in Redis and is shared by workers: keys must not depend on the
+    process (no built-in hash() of str, which is salted per process)."""
+    code = (
+        "from loopwatch import Event;"
+        "e=Event.from_dict({'kind':'tool_call','name':'s','args':{'q':'Paris weather'}});"
+        "r=Event.from_dict({'kind':'tool_result','text':'18C'});"
+        "print(e.call_key, e.norm_key, r.result_key)"
+    )
+    outs = set()
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        outs.add(proc.stdout)
+    assert len(outs) == 1
+    e = call("s", {"q": "Paris weather"})
+    assert outs.pop().split()[0] == e.call_key
