@@ -40,8 +40,16 @@ def test_call_key_separates_tools_and_arguments() -> None:
 
 
 def test_norm_key_folds_rewording_but_keeps_numbers() -> None:
-    variants = ["paris weather", "Paris weather", "paris  weather", "weather paris",
-                "Paris Weather ", "PARIS WEATHER", "weather in paris", "paris, weather!"]  # fmt: skip
+    variants = [
+        "paris weather",
+        "Paris weather",
+        "paris  weather",
+        "weather paris",
+        "Paris Weather ",
+        "PARIS WEATHER",
+        "weather in paris",
+        "paris, weather!",
+    ]
     keys = {call("web_search", {"q": v}).norm_key for v in variants}
     assert len(keys) == 1
     pages = {call("list_orders", {"page": p, "per_page": 50}).norm_key for p in range(1, 6)}
