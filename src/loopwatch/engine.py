@@ -85,7 +85,7 @@ def _record_call(state: dict[str, Any], event: Event, step: int) -> list[Any]:
     if novel:
         state["epoch"] += 1
     seen[norm] = seen.get(norm, 0) + 1
-    rec = [step, event.call_key, norm, event.name or "", None, None, novel, preview(event.args)]
+    rec = [step, event.call_key, norm, event.name or "", None, None, novel, _args_preview(event)]
     calls: list[list[Any]] = state["calls"]
     calls.append(rec)
     state["ncalls"] += 1
@@ -102,6 +102,13 @@ def _record_call(state: dict[str, Any], event: Event, step: int) -> list[Any]:
         if len(pending) > _PENDING_MAX:
             del pending[next(iter(pending))]
     return rec
+
+
+def _args_preview(event: Event) -> str:
+    raw = event.args_json
+    if len(raw) <= 80:
+        return raw.decode("utf-8", "replace")
+    return preview(raw[:200].decode("utf-8", "ignore"))
 
 
 def _record_result(state: dict[str, Any], event: Event, step: int) -> list[Any] | None:

@@ -12,6 +12,7 @@ and be shared by many workers.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any, Final
@@ -98,11 +99,20 @@ def _maybe_json(value: Any) -> Any:
     return value
 
 
+def _sorted_json(value: Any) -> bytes:
+    """Key-sorted JSON bytes; falls back to the stdlib for what orjson refuses
+    (integers beyond 64 bits), so no argument value can crash the guard."""
+    try:
+        return orjson.dumps(
+            value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str
+        )
+    except TypeError:
+        return json.dumps(value, sort_keys=True, default=str, separators=(",", ":")).encode()
+
+
 def canonical_args(args: Any) -> bytes:
     """Canonical JSON bytes of tool arguments: key order and JSON-string-vs-dict insensitive."""
-    return orjson.dumps(
-        _maybe_json(args), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str
-    )
+    return _sorted_json(_maybe_json(args))
 
 
 def _normalise_value(value: Any) -> Any:
@@ -125,6 +135,9 @@ _NORM_CACHE_MAX: Final = 16384
 _RESULT_CACHE: dict[str, str] = {}
 
 
+_TRUE: Final = (True, 1, "true", "True", "TRUE")
+
+
 def _float(value: Any) -> float:
     try:
         return float(value) if value is not None else 0.0
@@ -140,6 +153,7 @@ class Event:
     """
 
     __slots__ = (
+        "_args_json",
         "_call_key",
         "_norm_key",
         "_result_key",
@@ -187,6 +201,7 @@ class Event:
         self.agent = agent
         self.to = to
         self.extra = extra
+        self._args_json: bytes | None = None
         self._call_key: str | None = None
         self._norm_key: str | None = None
         self._result_key: str | None = None
@@ -209,11 +224,12 @@ class Event:
         if text is None:
             text = ""
         elif not isinstance(text, str):
-            text = orjson.dumps(text, default=str).decode()
+            text = _sorted_json(text).decode()
         name = get("name")
         ident = get("id")
         parent = get("parent")
-        extra = {k: v for k, v in data.items() if k not in cls._FIELDS} if len(data) > 3 else None
+        unknown = data.keys() - cls._FIELDS
+        extra = {k: data[k] for k in unknown} if unknown else None
         return cls(
             kind=kind if isinstance(kind, str) else "",
             name=None if name is None else str(name),
@@ -222,12 +238,12 @@ class Event:
             id=None if ident is None else str(ident),
             parent=None if parent is None else str(parent),
             type=None if get("type") is None else str(get("type")),
-            error=bool(get("error", False)),
+            error=get("error") in _TRUE,
             tokens=_float(get("tokens")),
             cost=_float(get("cost")),
             agent=None if get("agent") is None else str(get("agent")),
             to=None if get("to") is None else str(get("to")),
-            extra=extra or None,
+            extra=extra,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -255,10 +271,16 @@ class Event:
         """Exact call key: tool name + canonical arguments."""
         key = self._call_key
         if key is None:
-            key = self._call_key = _hexdigest(
-                (self.name or "").encode() + b"\x00" + canonical_args(self.args)
-            )
+            key = self._call_key = _hexdigest((self.name or "").encode() + b"\x00" + self.args_json)
         return key
+
+    @property
+    def args_json(self) -> bytes:
+        """Canonical JSON of the arguments (computed once)."""
+        raw = self._args_json
+        if raw is None:
+            raw = self._args_json = canonical_args(self.args)
+        return raw
 
     @property
     def norm_key(self) -> str:
@@ -270,11 +292,7 @@ class Event:
             key = _NORM_CACHE.get(exact)
             if key is None:
                 normalised = _normalise_value(_maybe_json(self.args))
-                key = _hexdigest(
-                    (self.name or "").encode()
-                    + b"\x00"
-                    + orjson.dumps(normalised, option=orjson.OPT_SORT_KEYS, default=str)
-                )
+                key = _hexdigest((self.name or "").encode() + b"\x00" + _sorted_json(normalised))
                 if len(_NORM_CACHE) >= _NORM_CACHE_MAX:
                     _NORM_CACHE.clear()
                 _NORM_CACHE[exact] = key

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..events import TOOL_CALL
 from ..findings import Finding, Severity
-from .base import C_NAME, C_NORM, C_RESULT, C_STEP, Context, Detector
+from .base import C_NAME, C_NORM, C_NOVEL, C_RESULT, C_STEP, Context, Detector
 
 
 class Cycle(Detector):
@@ -52,6 +52,8 @@ class Cycle(Detector):
             self.name = "name_cycle"  # type: ignore[misc]
 
     def observe(self, ctx: Context) -> Finding | None:
+        if ctx.call is not None and ctx.call[C_NOVEL] and self.level == "call":
+            return None  # a call not in the window cannot close a cycle
         calls = ctx.calls
         n = len(calls)
         by_name = self.level == "name"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from xxhash import xxh3_64_hexdigest
+
 from ..events import SPAN, normalise_text
 from ..findings import Finding
 from .base import Context, Detector, preview, severity_for
@@ -35,7 +37,10 @@ class Recursion(Detector):
     def observe(self, ctx: Context) -> Finding | None:
         ev = ctx.event
         spans: dict[str, list[Any]] = self.my_state(ctx)
-        label = f"{ev.type or ''}:{ev.name or ''}:{normalise_text(ev.text)}"
+        # A hash, not the text: span inputs can be long, and the state must stay small.
+        label = xxh3_64_hexdigest(
+            f"{ev.type or ''}\x00{ev.name or ''}\x00{normalise_text(ev.text)}".encode()
+        )
         depth = 1
         steps = [ctx.step]
         parent = ev.parent

@@ -17,16 +17,16 @@ _STEPS_MAX = 8
 _COMPARE_CHARS = 1500
 
 
-def _words(text: str) -> dict[str, int]:
-    """The distinct words of a text, as a dict (JSON-serialisable, set-like keys)."""
-    return dict.fromkeys(_WORD.findall(text[:_COMPARE_CHARS].lower()), 1)
+def _words(text: str) -> set[str]:
+    """The distinct words of a text."""
+    return set(_WORD.findall(text.lower()))
 
 
-def jaccard(a: dict[str, int], b: dict[str, int]) -> float:
+def jaccard(a: set[str], b: set[str]) -> float:
     """Jaccard similarity of two word sets."""
     if not a or not b:
         return 0.0
-    inter = len(a.keys() & b.keys())
+    inter = len(a & b)
     return inter / (len(a) + len(b) - inter)
 
 
@@ -66,6 +66,17 @@ class Stagnation(Detector):
         self.warn_at = warn_at
         self.stop_at = stop_at
 
+    def _similar(self, a: str, b: str) -> bool:
+        """Word-set Jaccard >= ``similarity``; cheap length test first (Jaccard J
+        needs the shorter text to be at least about J times the longer one)."""
+        short, long = sorted((len(a), len(b)))
+        if short < 2 * self.min_words or short < long * self.similarity * 0.75:
+            return False
+        wa, wb = _words(a), _words(b)
+        if len(wa) < self.min_words or len(wb) < self.min_words:
+            return False
+        return jaccard(wa, wb) >= self.similarity
+
     def observe(self, ctx: Context) -> Finding | None:
         st: dict[str, list[Any]] = self.my_state(ctx)
         if ctx.event.kind == TOOL_CALL:
@@ -74,27 +85,19 @@ class Stagnation(Detector):
             return None
         ev = ctx.event
         agent = ev.agent or ""
-        text = ev.text.strip()
-        words = _words(text) if len(text) >= 2 * self.min_words else {}
+        text = ev.text.strip()[:_COMPARE_CHARS]
         exact = ev.text_key
         prev = st.pop(agent, None)
-        # entry: [count, exact key, words, evidence steps]
-        if prev is not None and (
-            prev[1] == exact
-            or (
-                len(words) >= self.min_words
-                and len(prev[2]) >= self.min_words
-                and jaccard(words, prev[2]) >= self.similarity
-            )
-        ):
+        # entry: [count, exact key, text (clipped), evidence steps]
+        if prev is not None and (prev[1] == exact or self._similar(text, prev[2])):
             prev[0] += 1
             prev[1] = exact
-            prev[2] = words
+            prev[2] = text
             prev[3].append(ctx.step)
             trim(prev[3], _STEPS_MAX)
             entry = prev
         else:
-            entry = [1, exact, words, [ctx.step]]
+            entry = [1, exact, text, [ctx.step]]
         st[agent] = entry
         if len(st) > _AGENTS_MAX:
             del st[next(iter(st))]

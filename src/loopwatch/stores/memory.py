@@ -34,20 +34,20 @@ class MemoryStore(Store):
 
     def apply(self, run_id: str, fn: Callable[[State], T], factory: Callable[[], State]) -> T:
         now = self._clock()
+        ttl = self.ttl_seconds
         with self._lock:
             runs = self._runs
-            item = runs.pop(run_id, None)
-            if item is None or (self.ttl_seconds is not None and now - item[0] > self.ttl_seconds):
+            item = runs.get(run_id)
+            if item is None or (ttl is not None and now - item[0] > ttl):
                 state = factory()
             else:
                 state = item[1]
-            try:
-                return fn(state)
-            finally:
-                runs[run_id] = (now, state)
-                if len(runs) > self.max_runs:
-                    runs.popitem(last=False)
-                    self._expire(now)
+                runs.move_to_end(run_id)
+            runs[run_id] = (now, state)
+            if len(runs) > self.max_runs:
+                runs.popitem(last=False)
+                self._expire(now)
+            return fn(state)
 
     def _expire(self, now: float) -> None:
         """Drop expired runs from the old end of the LRU (caller holds the lock)."""

@@ -1,0 +1,194 @@
+"""Ping-pong: two or more agents passing the same request back and forth."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+from ..events import MODEL, SPAN, TOOL_CALL, TOOL_RESULT, USER
+from ..findings import Finding, Severity
+from .base import Context, Detector, preview, severity_for, trim
+from .semantic import Comparer, Embedder, EmbeddingCache, fingerprint, resolve_embedder
+from .spend import note_novelty
+
+__all__ = ["PingPong"]
+
+_WORD = re.compile(r"[^\W_]+")
+# Words that carry no request: dropped before comparing two messages' word sets.
+_FILLER: Final = frozenset(
+    {
+        "a", "an", "the", "in", "of", "for", "on", "to", "at", "by", "with", "and", "or",
+        "is", "are", "be", "me", "you", "i", "we", "it", "this", "that", "please", "could",
+        "can", "would", "will", "do", "so", "ok", "okay", "let", "us", "your", "my",
+    }
+)  # fmt: skip
+_PAIRS_MAX: Final = 8  # agent pairs tracked per run (LRU)
+_RECENT: Final = 4  # messages per pair a new one is compared with
+_SPANS_MAX: Final = 64  # span id -> agent name, to resolve handoffs in span trees
+_STEPS_MAX: Final = 10
+_TEXT_CHARS: Final = 400  # a request shows in its first sentences; bounds state
+_AGENT_SPANS: Final = frozenset({"agent", "handoff", "subagent", "sub_agent", "crew", "task"})
+
+
+def _content(text: str) -> dict[str, int]:
+    """A message's content words (JSON-serialisable, set-like keys)."""
+    return dict.fromkeys((w for w in _WORD.findall(text.lower()) if w not in _FILLER), 1)
+
+
+def _overlap(a: dict[str, int], b: dict[str, int]) -> float:
+    """Share of the shorter message's content words that the other one also has.
+
+    Containment rather than Jaccard: "Which report?" restated as "Please clarify
+    which report you need me to write" is the same request with more words.
+    """
+    if not a or not b:
+        return 0.0
+    return len(a.keys() & b.keys()) / min(len(a), len(b))
+
+
+class PingPong(Detector):
+    """Agents handing the same request back and forth: A asks B, B asks A back,
+    A asks again, in the same or other words, while nothing new happens.
+
+    Messages are ``model`` events from an ``agent``; the recipient is ``to`` when
+    given, else the agent that spoke last (a group chat reply). Handoffs in span
+    trees count too: a ``span`` of an agent type opened under another agent's span
+    is a message from the parent agent to the child, its ``text`` the request.
+
+    Per pair of agents, each message is compared with the pair's last 4 messages,
+    from either side. It *restates* one of them when, after dropping filler words,
+    at least ``overlap`` of the shorter one's content words appear in the other,
+    or, with an embedder (``semantic=True`` for the default local model, or
+    ``embedder=``), when their meaning matches (see :mod:`.semantic`). The bounce
+    count grows by one per restating message and is reset by a message that says
+    something new, or by new information anywhere in the run (a new call, result
+    or user input): an exchange that makes progress is work, not ping-pong. A
+    finding needs both agents to have restated (the exchange pattern); an agent
+    repeating itself alone is Stagnation's (or Semantic's) case.
+
+    Deliberately ignores: one-sided repetition, agent talking to the user, long
+    conversations that keep adding content, and restatements separated by new
+    tool results.
+
+    Defaults: ``overlap`` 0.6 (the conformance A-ping-pong pair "Could you clarify
+    which report you need?" / "Please clarify which report you need me to write."
+    overlaps 0.8 on content words; distinct requests in the scenarios at most 0.4);
+    warn at the 3rd bounce, stop at the 6th: in A-ping-pong that warns at step 3
+    (expected by 5) and stops after each agent has re-asked three times. On the
+    corpus (who_and_when's 184 multi-agent runs, tau_bench's agent/user runs) the
+    numbers are in tests/test_handoff.py's corpus check and the report.
+    """
+
+    name = "ping_pong"
+    kinds = frozenset({MODEL, SPAN, TOOL_CALL, TOOL_RESULT, USER})
+
+    def __init__(
+        self,
+        overlap: float = 0.6,
+        warn_at: int = 3,
+        stop_at: int | None = 6,
+        semantic: bool = False,
+        embedder: Embedder | EmbeddingCache | None = None,
+        similarity: float = 0.72,
+    ) -> None:
+        if not 0 < overlap <= 1:
+            raise ValueError(f"overlap must be in (0, 1], not {overlap!r}")
+        self.overlap = overlap
+        self.warn_at = warn_at
+        self.stop_at = stop_at
+        self.semantic = semantic
+        self.embedder = embedder
+        self.similarity = similarity
+        cache = resolve_embedder(embedder) if (semantic or embedder is not None) else None
+        self._compare = Comparer(cache, similarity, min_words=3) if cache is not None else None
+
+    def observe(self, ctx: Context) -> Finding | None:
+        st: dict[str, Any] = self.my_state(ctx)
+        ev = ctx.event
+        kind = ev.kind
+        if kind in (TOOL_CALL, TOOL_RESULT, USER):
+            note_novelty(st, ctx)
+            return None
+        sender, recipient, text = self._message(st, ctx)
+        if sender is None:
+            return None
+        st["last"] = sender
+        if recipient is None or recipient == sender or not text:
+            return None
+        text = text[:_TEXT_CHARS]
+        pair = "<>".join(sorted((sender, recipient)))
+        pairs: dict[str, dict[str, Any]] = st.setdefault("pairs", {})
+        entry = pairs.pop(pair, None)
+        mark = st.get("mark", 0)
+        if entry is None or entry["mark"] != mark:
+            entry = {"mark": mark, "n": 0, "who": [], "recent": [], "steps": []}
+        words = _content(text)
+        fp = fingerprint(text)
+        restates = any(self._same(old, fp, text, words) for old in entry["recent"])
+        if restates:
+            entry["n"] += 1
+            if sender not in entry["who"]:
+                entry["who"].append(sender)
+            entry["steps"].append(ctx.step)
+            trim(entry["steps"], _STEPS_MAX)
+        else:
+            entry["n"] = 0
+            entry["who"] = []
+            entry["steps"] = [ctx.step]
+        recent: list[list[Any]] = entry["recent"]
+        recent.append([sender, fp, text, words])
+        trim(recent, _RECENT)
+        pairs[pair] = entry
+        if len(pairs) > _PAIRS_MAX:
+            del pairs[next(iter(pairs))]
+        if not restates or len(entry["who"]) < 2:
+            return None
+        count = entry["n"]
+        severity = severity_for(count, self.warn_at, self.stop_at)
+        if severity is None:
+            return None
+        a, b = pair.split("<>", 1)
+        action = (
+            "One of you must answer it or decide with what you have, instead of asking back."
+            if severity is Severity.WARN
+            else "This exchange is not moving forward; stop and decide."
+        )
+        return Finding(
+            self.name,
+            severity,
+            ctx.step,
+            tuple(entry["steps"]),
+            f"{a} and {b} have passed the same request back and forth {count} times "
+            f"(latest from {sender}: {preview(text, 60)!r}). {action}",
+            f"{pair}@{entry['steps'][0]}",
+        )
+
+    def _same(self, old: list[Any], fp: str, text: str, words: dict[str, int]) -> bool:
+        if old[1] == fp or _overlap(old[3], words) >= self.overlap:
+            return True
+        if self._compare is None:
+            return False
+        return self._compare.same((old[1], old[2]), (fp, text))
+
+    @staticmethod
+    def _message(st: dict[str, Any], ctx: Context) -> tuple[str | None, str | None, str]:
+        """(sender, recipient, text) of a message or handoff; sender None if neither."""
+        ev = ctx.event
+        if ev.kind == MODEL:
+            if not ev.agent:
+                return None, None, ""
+            recipient = ev.to if ev.to else st.get("last")
+            return ev.agent, recipient, ev.text.strip()
+        # span: remember agent spans; one opened under another agent's span is a handoff
+        spans: dict[str, str] = st.setdefault("spans", {})
+        if (ev.type or "").lower() not in _AGENT_SPANS or not ev.name:
+            return None, None, ""
+        if ev.id is not None:
+            spans[ev.id] = ev.name
+            if len(spans) > _SPANS_MAX:
+                del spans[next(iter(spans))]
+        caller = spans.get(ev.parent) if ev.parent is not None else None
+        caller = caller or ev.agent
+        if caller is None:
+            return None, None, ""
+        return caller, ev.name, ev.text.strip()

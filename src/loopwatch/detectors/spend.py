@@ -1,0 +1,351 @@
+"""Spend without progress, and hard budget caps (tokens, cost, wall time).
+
+The call-level detectors see a loop in *what* the agent repeats; this module sees
+it in *what the run pays for*: model turns keep costing tokens while nothing new
+arrives (no call the run has not made recently, no result or user input it has not
+seen, no new words in the outputs). That catches loops the other detectors miss
+because each step differs a little: a reworded search landing on the same page,
+a rephrased plan, a cycle longer than the call window.
+
+Measured on /work/shared/corpus (only mini_swe_agent carries tokens and cost;
+177 of its 240 runs were resolved), see :class:`SpendVelocity` for the numbers.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Final
+
+from ..events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER
+from ..findings import Finding, Severity
+from .base import C_NOVEL, Context, Detector, severity_for, trim
+
+__all__ = [
+    "CostBudget",
+    "SpendVelocity",
+    "TimeBudget",
+    "TokenBudget",
+    "note_novelty",
+]
+
+_SEEN_MAX: Final = 64  # result / input fingerprints remembered per detector
+_VOCAB_MAX: Final = 512  # recent output words remembered per run
+_STEPS_MAX: Final = 10
+_WORD = re.compile(r"[^\W_]{3,}")
+# Only the start of an output is read for new words: bounds cost and state.
+_OUTPUT_CHARS: Final = 2000
+
+
+def note_novelty(slot: dict[str, Any], ctx: Context) -> bool:
+    """Record whether this event brings new information; return True if it does.
+
+    New information is a tool call whose normalised key is not in the engine's
+    call window, a tool result whose fingerprint (volatile values masked) was not
+    among the last ``_SEEN_MAX`` results or inputs, or user input not seen
+    recently. Each new piece bumps ``slot["mark"]``, so a detector can tell
+    "nothing new happened since X" by comparing marks. The slot is the caller's
+    own per-run state dict (bounded, JSON-compatible).
+    """
+    ev = ctx.event
+    kind = ev.kind
+    if kind == TOOL_CALL:
+        new = bool(ctx.call[C_NOVEL]) if ctx.call else True
+    elif kind == TOOL_RESULT or kind == USER:
+        key = ev.result_key if kind == TOOL_RESULT else "u" + ev.text_key
+        seen: dict[str, int] = slot.setdefault("seen", {})
+        new = key not in seen
+        seen.pop(key, None)
+        seen[key] = ctx.step
+        if len(seen) > _SEEN_MAX:
+            del seen[next(iter(seen))]
+    else:
+        new = False
+    if new:
+        slot["mark"] = slot.get("mark", 0) + 1
+    return new
+
+
+def _fmt_spend(tokens: float, cost: float) -> str:
+    bits = []
+    if tokens:
+        bits.append(f"{tokens:,.0f} tokens")
+    if cost:
+        bits.append(f"${cost:.4f}")
+    return " and ".join(bits) or "spend"
+
+
+class SpendVelocity(Detector):
+    """Spend that keeps accruing while nothing new comes of it.
+
+    Counts *spending steps* (events with ``tokens`` or ``cost`` > 0, in practice
+    model turns) in a row that brought no novelty. A step is novel when, since the
+    previous spending step, the run made a call not in its recent window, got a
+    tool result or user input it had not seen, or when the step's own output adds
+    enough new words (at least ``min_new_words`` and ``min_output_novelty`` of its
+    distinct words not among the run's last 512 output words). Like Fuze's
+    ``progress_window``: a streak of ``warn_after`` quiet spending steps warns and
+    ``stop_after`` stops, provided the streak spent at least ``min_tokens`` tokens
+    or ``min_cost`` (the ``cost_velocity_window`` idea: spend, not just turns).
+
+    Deliberately ignores: runs that record no spend (nothing to measure; the
+    iteration cap and the other detectors cover them), expensive turns that bring
+    something new (a long productive run with high spend is not a loop), and how
+    expensive a single turn is (see :class:`TokenBudget` / :class:`CostBudget`).
+
+    Defaults, measured on the corpus' mini_swe_agent runs (the only ones with spend;
+    one bash call per turn, step limit 250): the longest quiet streak in any of the
+    177 resolved runs is 2 spending steps, and in the 63 unresolved runs 6; the
+    conformance-style loops in tests/data/semantic_scenarios.jsonl reach 4 quiet
+    steps by step 13. ``warn_after`` 4 and ``stop_after`` 8 therefore warn on a
+    loop within a few turns and leave a margin of 4x over the longest quiet streak
+    of a solved run before stopping.
+    """
+
+    name = "spend_velocity"
+    kinds = KINDS
+
+    def __init__(
+        self,
+        warn_after: int = 4,
+        stop_after: int | None = 8,
+        min_tokens: float = 0.0,
+        min_cost: float = 0.0,
+        min_output_novelty: float = 0.2,
+        min_new_words: int = 3,
+    ) -> None:
+        if warn_after < 1:
+            raise ValueError("warn_after must be at least 1")
+        if stop_after is not None and stop_after < warn_after:
+            raise ValueError("stop_after must be at least warn_after (or None)")
+        self.warn_after = warn_after
+        self.stop_after = stop_after
+        self.min_tokens = min_tokens
+        self.min_cost = min_cost
+        self.min_output_novelty = min_output_novelty
+        self.min_new_words = min_new_words
+
+    def _output_is_new(self, st: dict[str, Any], text: str) -> bool:
+        words = dict.fromkeys(_WORD.findall(text[:_OUTPUT_CHARS].lower()), 1)
+        if not words:
+            return False
+        vocab: dict[str, int] = st.setdefault("vocab", {})
+        fresh = [w for w in words if w not in vocab]
+        for w in words:
+            vocab.pop(w, None)
+            vocab[w] = 1
+        excess = len(vocab) - _VOCAB_MAX
+        if excess > 0:
+            for w in list(vocab)[:excess]:
+                del vocab[w]
+        return len(fresh) >= self.min_new_words and len(fresh) >= self.min_output_novelty * len(
+            words
+        )
+
+    def observe(self, ctx: Context) -> Finding | None:
+        st: dict[str, Any] = self.my_state(ctx)
+        ev = ctx.event
+        if note_novelty(st, ctx):
+            st["fresh"] = True
+        own_news = ev.kind == MODEL and self._output_is_new(st, ev.text)
+        if not (ev.tokens > 0 or ev.cost > 0):
+            if own_news:
+                st["fresh"] = True
+            return None
+        if st.pop("fresh", False) or own_news or "quiet" not in st:
+            # new information since the last spending step (or the first one): reset
+            st["quiet"] = 0
+            st["tok"] = 0.0
+            st["cost"] = 0.0
+            st["steps"] = []
+            return None
+        quiet = st["quiet"] = st["quiet"] + 1
+        st["tok"] += ev.tokens
+        st["cost"] += ev.cost
+        steps: list[int] = st["steps"]
+        if quiet == 1:
+            st["start"] = ctx.step
+        steps.append(ctx.step)
+        trim(steps, _STEPS_MAX)
+        if st["tok"] < self.min_tokens and st["cost"] < self.min_cost:
+            return None
+        if st["tok"] <= 0 and st["cost"] <= 0:
+            return None
+        if self.stop_after is not None and quiet >= self.stop_after:
+            severity = Severity.STOP
+        elif quiet >= self.warn_after:
+            severity = Severity.WARN
+        else:
+            return None
+        spent = _fmt_spend(st["tok"], st["cost"])
+        action = (
+            "Change approach, or finish with what you have."
+            if severity is Severity.WARN
+            else "Stop here and give your best answer."
+        )
+        return Finding(
+            self.name,
+            severity,
+            ctx.step,
+            tuple(steps),
+            f"The last {quiet} model turns spent {spent} and brought nothing new: no new "
+            f"calls, no new results, no new content. {action}",
+            f"quiet@{st['start']}",
+        )
+
+
+class _Cap(Detector):
+    """A running total against a hard limit: warn at ``warn_ratio`` of it, stop past it."""
+
+    unit: str = ""
+
+    def __init__(self, limit: float | None, warn_ratio: float, what: str) -> None:
+        if limit is None or limit <= 0:
+            raise ValueError(f"{self.name} needs a positive {what} (got {limit!r})")
+        if not 0 < warn_ratio <= 1:
+            raise ValueError(f"warn_ratio must be in (0, 1], not {warn_ratio!r}")
+        self._limit = float(limit)
+        self._warn_ratio = warn_ratio
+
+    def _amount(self, ctx: Context, st: dict[str, Any]) -> float | None:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _render(self, amount: float) -> str:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def observe(self, ctx: Context) -> Finding | None:
+        st: dict[str, Any] = self.my_state(ctx)
+        amount = self._amount(ctx, st)
+        if amount is None:
+            return None
+        limit = self._limit
+        if amount > limit:
+            severity = Severity.STOP
+            msg = (
+                f"This run has used {self._render(amount)}, over its budget of "
+                f"{self._render(limit)}. Stop here."
+            )
+        elif amount >= limit * self._warn_ratio and not st.get("warned"):
+            st["warned"] = True
+            severity = Severity.WARN
+            msg = (
+                f"This run has used {self._render(amount)} of its {self._render(limit)} "
+                "budget. Wrap up: give your best answer soon."
+            )
+        else:
+            return None
+        return Finding(self.name, severity, ctx.step, (ctx.step,), msg, "cap")
+
+
+class TokenBudget(_Cap):
+    """Hard cap on the tokens a run may spend (the sum of ``tokens`` on its events).
+
+    Warns once at ``warn_ratio`` of the cap and stops on every spending event past
+    it. Off by default: the right cap depends on the model and task (resolved
+    mini_swe_agent runs in the corpus spent up to ~2.9M tokens in total).
+    """
+
+    name = "token_budget"
+    kinds = KINDS
+
+    def __init__(self, max_tokens: float | None = None, warn_ratio: float = 0.8) -> None:
+        super().__init__(max_tokens, warn_ratio, "max_tokens")
+        self.max_tokens = max_tokens
+        self.warn_ratio = warn_ratio
+
+    def _amount(self, ctx: Context, st: dict[str, Any]) -> float | None:
+        if ctx.event.tokens <= 0:
+            return None
+        total: float = st.get("total", 0.0) + ctx.event.tokens
+        st["total"] = total
+        return total
+
+    def _render(self, amount: float) -> str:
+        return f"{amount:,.0f} tokens"
+
+
+class CostBudget(_Cap):
+    """Hard cap on what a run may cost (the sum of ``cost`` on its events, in the
+    trace's currency). Warns once at ``warn_ratio``, stops past the cap. Off by
+    default, for the same reason as :class:`TokenBudget`."""
+
+    name = "cost_budget"
+    kinds = KINDS
+
+    def __init__(self, max_cost: float | None = None, warn_ratio: float = 0.8) -> None:
+        super().__init__(max_cost, warn_ratio, "max_cost")
+        self.max_cost = max_cost
+        self.warn_ratio = warn_ratio
+
+    def _amount(self, ctx: Context, st: dict[str, Any]) -> float | None:
+        if ctx.event.cost <= 0:
+            return None
+        total: float = st.get("total", 0.0) + ctx.event.cost
+        st["total"] = total
+        return total
+
+    def _render(self, amount: float) -> str:
+        return f"${amount:.4f}"
+
+
+_TS_FIELDS: Final = ("ts", "timestamp", "time")
+
+
+def _event_time(extra: dict[str, Any] | None) -> float | None:
+    """Seconds since the epoch from an event's ``ts``/``timestamp``/``time`` field
+    (a number, or an ISO-8601 string); None when absent or unreadable."""
+    if not extra:
+        return None
+    for field in _TS_FIELDS:
+        value = extra.get(field)
+        if value is None:
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                return None
+    return None
+
+
+class TimeBudget(_Cap):
+    """Hard cap on a run's wall time, from its first event to the current one.
+
+    Time comes from the events' ``ts`` (or ``timestamp`` / ``time``) field when they
+    carry one (seconds since the epoch or ISO-8601), so a scan of a recorded trace
+    measures the run's real duration; otherwise from ``clock`` (``time.time``, wall
+    clock so that workers sharing a store agree) when the event is observed, which
+    only means something for a live guard: a scan without timestamps runs in
+    milliseconds and never reaches the cap. Off by default.
+    """
+
+    name = "time_budget"
+    kinds = KINDS
+
+    def __init__(
+        self,
+        max_seconds: float | None = None,
+        warn_ratio: float = 0.8,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(max_seconds, warn_ratio, "max_seconds")
+        self.max_seconds = max_seconds
+        self.warn_ratio = warn_ratio
+        self._clock = clock
+
+    def _amount(self, ctx: Context, st: dict[str, Any]) -> float | None:
+        now = _event_time(ctx.event.extra)
+        if now is None:
+            now = self._clock()
+        start = st.get("t0")
+        if start is None:
+            st["t0"] = now
+            return 0.0
+        return max(0.0, now - float(start))
+
+    def _render(self, amount: float) -> str:
+        return f"{amount:,.0f} s"

@@ -1,0 +1,198 @@
+"""The runtime guard: actions, once-per-pattern warnings, eviction, concurrency, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+from runs import tool
+
+from loopwatch import Config, Guard, MemoryStore, Store, StoreUnavailable
+from loopwatch.stores.base import State
+
+SEARCH = {"kind": "tool_call", "name": "web_search", "args": {"q": "paris weather"}}
+RESULT = {"kind": "tool_result", "name": "web_search", "text": "18C cloudy"}
+
+
+def loop(guard: Guard, run_id: str = "r", times: int = 6) -> list[str]:
+    """Actions the guard answers to each repeated call."""
+    actions = []
+    for _ in range(times):
+        verdict = guard.observe(run_id, SEARCH)
+        actions.append(str(verdict.action))
+        guard.observe(run_id, RESULT)
+    return actions
+
+
+def test_default_guard_warns_then_stops() -> None:
+    guard = Guard(Config())
+    assert loop(guard) == ["ok", "ok", "warn", "ok", "stop", "stop"]
+
+
+def test_warning_message_is_specific() -> None:
+    guard = Guard(Config())
+    verdicts = []
+    for _ in range(3):
+        verdicts.append(guard.observe("r", SEARCH))
+        guard.observe("r", RESULT)
+    msg = verdicts[-1].message or ""
+    assert "web_search" in msg and "paris weather" in msg and "3 times" in msg
+    assert verdicts[-1].findings[0].detector == "repeated_call"
+
+
+def test_on_loop_skip_blocks_the_call_and_keeps_blocking() -> None:
+    guard = Guard(Config(), on_loop="skip")
+    actions = loop(guard, times=7)
+    assert actions == ["ok", "ok", "warn", "ok", "skip", "skip", "skip"]
+    verdict = guard.observe("r", SEARCH)
+    assert verdict.should_skip and "not executed" in (verdict.message or "")
+
+
+def test_on_loop_warn_never_blocks() -> None:
+    guard = Guard(Config(), on_loop="warn")
+    assert "stop" not in loop(guard, times=8)
+    assert "skip" not in loop(guard, "other", times=8)
+
+
+def test_runs_are_independent_and_reset_forgets() -> None:
+    guard = Guard(Config())
+    for _ in range(4):
+        guard.observe("a", SEARCH)
+        guard.observe("a", RESULT)
+    assert guard.observe("b", SEARCH).ok
+    guard.reset("a")
+    assert guard.state("a") is None
+    assert guard.observe("a", SEARCH).ok
+
+
+def test_lru_eviction_bounds_live_runs() -> None:
+    guard = Guard(Config(), max_runs=100)
+    for i in range(1000):
+        guard.observe(f"run-{i}", SEARCH)
+    assert len(guard.store) == 100
+    assert guard.state("run-999") is not None and guard.state("run-0") is None
+
+
+def test_ttl_expires_idle_runs() -> None:
+    store = MemoryStore(max_runs=10, ttl_seconds=60)
+    now = [1000.0]
+    store._clock = lambda: now[0]
+    guard = Guard(Config(), store=store)
+    loop(guard, times=2)
+    now[0] += 61  # idle past the TTL: the run starts afresh
+    assert loop(guard, times=3) == ["ok", "ok", "warn"]
+    now[0] += 10  # within the TTL: the same run goes on and reaches its stop
+    assert loop(guard, times=2) == ["ok", "stop"]
+
+
+def test_threads_lose_no_step() -> None:
+    guard = Guard(Config())
+    per_thread = 2000
+
+    def work(k: int) -> None:
+        for i in range(per_thread):
+            guard.observe(f"run-{i % 5}", {"kind": "tool_call", "name": f"t{k}", "args": {"i": i}})
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    total = sum(guard.state(f"run-{r}")["n"] for r in range(5))  # type: ignore[index]
+    assert total == 8 * per_thread
+
+
+def test_asyncio_observe_matches_sync() -> None:
+    async def main() -> list[str]:
+        guard = Guard(Config())
+
+        async def one(run_id: str) -> list[str]:
+            out = []
+            for _ in range(5):
+                out.append(str((await guard.aobserve(run_id, SEARCH)).action))
+                await guard.aobserve(run_id, RESULT)
+                await asyncio.sleep(0)
+            return out
+
+        results = await asyncio.gather(*(one(f"r{i}") for i in range(20)))
+        assert all(r == results[0] for r in results)
+        return results[0]
+
+    assert asyncio.run(main()) == loop(Guard(Config()), times=5)
+
+
+def test_state_per_run_is_bounded_over_a_million_events() -> None:
+    """A run that goes on forever must not grow its state (bytes per live run)."""
+    guard = Guard(Config(), max_iterations=None)
+    mix = []
+    for i in range(50):
+        mix.append({"kind": "model", "text": f"Thinking about step {i} of the plan. " * 5})
+        mix += tool("read_file", {"path": f"src/m{i % 7}.py"}, f"contents {i % 11}")
+        mix += tool("search", {"q": f"topic {i}"}, f"results for topic {i}", error=i % 9 == 0)
+    sizes = []
+    n = 0
+    while n < 1_000_000:
+        for ev in mix:
+            guard.observe("long", ev)
+        n += len(mix)
+        if n in (len(mix) * 40, len(mix) * 4000):
+            sizes.append(len(orjson.dumps(guard.state("long"))))
+    final = len(orjson.dumps(guard.state("long")))
+    assert guard.state("long")["n"] == n  # type: ignore[index]
+    assert final < 32_000
+    assert final <= max(sizes) * 1.05
+
+
+class _FailingStore(Store):
+    def __init__(self) -> None:
+        self.down = True
+        self.inner = MemoryStore()
+
+    def apply(self, run_id: str, fn: Callable[[State], Any], factory: Callable[[], State]) -> Any:
+        if self.down:
+            raise StoreUnavailable("connection refused")
+        return self.inner.apply(run_id, fn, factory)
+
+    def get(self, run_id: str) -> State | None:
+        return self.inner.get(run_id)
+
+    def reset(self, run_id: str) -> None:
+        self.inner.reset(run_id)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+def test_store_outage_allow_mode_logs_once_and_recovers(caplog: pytest.LogCaptureFixture) -> None:
+    store = _FailingStore()
+    guard = Guard(Config(), store=store)
+    with caplog.at_level(logging.WARNING, logger="loopwatch"):
+        verdicts = [guard.observe("r", SEARCH) for _ in range(3)]
+    assert all(v.ok and not v.state_available for v in verdicts)
+    assert sum("unavailable" in r.getMessage() for r in caplog.records) == 1
+    store.down = False
+    with caplog.at_level(logging.WARNING, logger="loopwatch"):
+        assert guard.observe("r", SEARCH).state_available
+    assert any("reachable again" in r.getMessage() for r in caplog.records)
+
+
+def test_store_outage_raise_mode() -> None:
+    guard = Guard(Config(), store=_FailingStore(), on_store_error="raise")
+    with pytest.raises(StoreUnavailable):
+        guard.observe("r", SEARCH)
+
+
+def test_guard_accepts_events_or_dicts_and_rejects_bad_options() -> None:
+    from loopwatch import ConfigError, Event
+
+    guard = Guard(Config())
+    assert guard.observe("r", Event("tool_call", name="x", args={})).ok
+    with pytest.raises(ConfigError, match="on_loop"):
+        Guard(Config(), on_loop="explode")
+    with pytest.raises(ConfigError, match="valid keys"):
+        Guard(Config(), repeated_call={"warn_after": 2})
