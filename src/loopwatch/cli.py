@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import resources
 from typing import Any, TextIO
 
@@ -348,7 +348,7 @@ def _toml_value(value: Any) -> str:
         return orjson.dumps(value).decode()
     if isinstance(value, (list, tuple, set, frozenset)):
         return "[" + ", ".join(_toml_value(v) for v in sorted(value, key=str)) + "]"
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         inner = ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items())
         return "{ " + inner + " }" if inner else "{}"
     return orjson.dumps(str(value)).decode()

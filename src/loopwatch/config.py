@@ -117,7 +117,9 @@ class Config:
                         raise ConfigError(
                             f"unknown key {sub!r} in [{key}]{where}; valid keys: {', '.join(valid)}"
                         )
-                self.sections.setdefault(key, {}).update(value)
+                self.sections.setdefault(key, {}).update(
+                    {k: _convert(k, v) for k, v in value.items()}
+                )
             elif key == "max_iterations":
                 self.sections.setdefault("iteration_cap", {})["max_iterations"] = (
                     None if value in (None, _NEVER) else int(value)
@@ -182,7 +184,7 @@ class Config:
             section = dict(self.sections.get(name, {}))
             if not section.pop("enabled", default_on):
                 continue
-            kwargs = {k: _convert(k, v) for k, v in section.items()}
+            kwargs = dict(section)
             try:
                 built.append(factory(**kwargs))
             except (TypeError, ValueError) as exc:

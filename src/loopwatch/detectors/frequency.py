@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from ..events import TOOL_CALL
 from ..findings import Finding
 from .base import C_NAME, C_STEP, Context, Detector, severity_for
+
+
+_NO_OVERRIDES: Mapping[str, tuple[int, int | None]] = MappingProxyType({})
 
 
 class Frequency(Detector):
@@ -29,13 +34,13 @@ class Frequency(Detector):
         window: int = 30,
         warn_at: int = 20,
         stop_at: int | None = None,
-        per_tool: dict[str, tuple[int, int | None]] | None = None,
-        exempt: frozenset[str] | set[str] | tuple[str, ...] = (),
+        per_tool: Mapping[str, tuple[int, int | None]] = _NO_OVERRIDES,
+        exempt: Collection[str] = frozenset(),
     ) -> None:
         self.window = min(window, 32)  # the shared call window holds 32 calls
         self.warn_at = warn_at
         self.stop_at = stop_at
-        self.per_tool = dict(per_tool or {})
+        self.per_tool = dict(per_tool)
         self.exempt = frozenset(exempt)
 
     def observe(self, ctx: Context) -> Finding | None:
