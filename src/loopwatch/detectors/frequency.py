@@ -10,7 +10,6 @@ from ..events import TOOL_CALL
 from ..findings import Finding
 from .base import C_NAME, C_STEP, Context, Detector, severity_for
 
-
 _NO_OVERRIDES: Mapping[str, tuple[int, int | None]] = MappingProxyType({})
 
 
