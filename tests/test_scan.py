@@ -1,0 +1,96 @@
+"""The offline report: score, verdict, iteration metrics (Needlr's semantics)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runs import model, run, tool
+
+from loopwatch import Config, scan
+
+
+def test_six_identical_calls_score_clearly_below_half() -> None:
+    events: list[dict[str, Any]] = []
+    for _ in range(6):
+        events += tool("web_search", {"q": "paris weather"}, "18C cloudy")
+    report = scan(run(events), Config())
+    assert report.verdict == "stop"
+    assert report.score < 0.4  # deepeval's metric passes this run at its 0.5 threshold
+    assert report.breakdown["repeated_call"] < 0.5
+
+
+def test_clean_run_scores_one_and_warn_only_stays_above_half() -> None:
+    assert scan(run([model("hello"), *tool("a", {}, "b")]), Config()).score == 1.0
+    events: list[dict[str, Any]] = []
+    for _ in range(3):
+        events += tool("web_search", {"q": "x"}, "same")
+    report = scan(run(events), Config())
+    assert report.verdict == "warn" and 0.5 < report.score < 1.0
+
+
+def test_score_decreases_as_the_loop_goes_on() -> None:
+    scores = []
+    for n in (3, 5, 8, 12):
+        events: list[dict[str, Any]] = []
+        for _ in range(n):
+            events += tool("s", {"q": "x"}, "same")
+        scores.append(scan(run(events), Config()).score)
+    assert scores == sorted(scores, reverse=True) and scores[0] > scores[-1]
+
+
+def test_iteration_metrics() -> None:
+    events = [
+        model("Let me look."),
+        *tool("read", {"p": 1}, "text"),
+        model(""),  # an empty iteration: no text, no tool call
+        model(""),  # empty output followed by a tool call: a tool-only iteration
+        *tool("read", {"p": 2}, "more"),
+        model("Same answer."),
+        model("same   answer."),
+    ]
+    metrics = scan(run(events), Config()).metrics
+    assert metrics == {
+        "iteration_count": 5,
+        "empty_outputs": 1,
+        "terminated_coherently": True,
+        "efficiency_ratio": 0.8,
+        "degenerate_loop": True,
+        "max_iterations_hit": False,
+    }
+
+
+def test_not_terminated_coherently_when_ending_on_a_tool_call_or_at_the_cap() -> None:
+    events = [model("start"), *tool("x", {}, "y")]
+    assert scan(run(events), Config()).metrics["terminated_coherently"] is False
+    capped = Config.from_mapping({"max_iterations": 3})
+    metrics = scan(run([model(f"t{i}") for i in range(3)]), capped).metrics
+    assert metrics["max_iterations_hit"] is True and metrics["terminated_coherently"] is False
+    no_cap = Config.from_mapping({"max_iterations": 0})
+    assert (
+        scan(run([model(f"t{i}") for i in range(300)]), no_cap).metrics["max_iterations_hit"]
+        is False
+    )
+
+
+def test_report_dict_follows_the_format_contract() -> None:
+    events: list[dict[str, Any]] = []
+    for _ in range(5):
+        events += tool("s", {"q": "x"}, "same")
+    out = scan(run(events, "r-17"), Config()).to_dict()
+    assert out["run_id"] == "r-17" and out["verdict"] == "stop"
+    assert out["first_warn"] <= out["first_stop"]
+    steps = [f["step"] for f in out["findings"]]
+    assert steps == sorted(steps)
+    for finding in out["findings"]:
+        assert set(finding) == {"detector", "severity", "step", "steps", "message"}
+        assert finding["severity"] in ("warn", "stop")
+        assert all(0 <= s <= finding["step"] for s in finding["steps"])
+
+
+def test_unknown_kinds_keep_their_index() -> None:
+    events: list[dict[str, Any]] = []
+    for i in range(5):
+        events.append({"kind": "heartbeat", "n": i})
+        events += tool("s", {"q": "x"}, "same")
+    report = scan(run(events), Config())
+    assert report.first_warn == 7 and report.first_stop == 13
