@@ -32,10 +32,7 @@ def test_loopwatch_toml_wins_over_a_pyproject_above_it(tmp_path: Path) -> None:
 
 def test_pyproject_without_the_section_is_ignored(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
-    assert (
-        find_config_file(tmp_path) is None
-        or find_config_file(tmp_path) != tmp_path / "pyproject.toml"
-    )
+    assert find_config_file(tmp_path) != tmp_path / "pyproject.toml"
 
 
 def test_unknown_keys_name_the_valid_ones(tmp_path: Path) -> None:
@@ -65,3 +62,23 @@ def test_keywords_override_the_file() -> None:
     assert guard.config.on_loop == "skip"
     assert guard.config.sections["repeated_call"] == {"warn_at": 4, "stop_at": 9}
     assert base.on_loop == "warn"  # the original is not modified
+
+
+def test_exempt_tools_are_invisible_to_detectors() -> None:
+    from runs import run, tool
+
+    from loopwatch import scan
+
+    events = []
+    for _ in range(8):
+        events += tool("get_job_status", {"job": "j"}, "pending", cid=None)
+    base = scan(run(events), Config())
+    assert base.verdict == "stop"
+    exempt = Config.from_mapping({"exempt_tools": ["get_job_status"]})
+    report = scan(run(events), exempt)
+    assert report.verdict == "ok" and report.events == len(events)
+    guard = Guard(exempt)
+    verdicts = [guard.observe("r", e) for e in events]
+    assert all(v.ok for v in verdicts) and verdicts[-1].step == len(events) - 1
+    with pytest.raises(ConfigError, match="exempt_tools"):
+        Config.from_mapping({"exempt_tools": "get_job_status"})

@@ -4,6 +4,7 @@ Shape (TOML)::
 
     on_loop = "stop"            # stop | skip | warn
     max_iterations = 250        # shortcut for [iteration_cap] max_iterations
+    exempt_tools = ["get_job_status"]   # invisible to every detector (pollers, clocks)
 
     [repeated_call]
     warn_at = 3
@@ -73,8 +74,9 @@ DETECTORS: Final[dict[str, tuple[Any, bool]]] = {
     "name_cycle": (_name_cycle, False),
 }
 _TOP_KEYS: Final = frozenset(
-    {"on_loop", "max_iterations", "store", "max_runs", "ttl_seconds", "on_store_error"}
-)
+    {"on_loop", "max_iterations", "store", "max_runs", "ttl_seconds", "on_store_error",
+     "exempt_tools"}
+)  # fmt: skip
 _NEVER: Final = 0  # in TOML, 0 stands for "never" where a threshold may be None
 
 
@@ -92,6 +94,7 @@ class Config:
     max_runs: int = 10_000
     ttl_seconds: float | None = 3600.0
     on_store_error: str = "allow"
+    exempt_tools: tuple[str, ...] = ()
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
     source: str | None = None
 
@@ -124,6 +127,10 @@ class Config:
                 self.sections.setdefault("iteration_cap", {})["max_iterations"] = (
                     None if value in (None, _NEVER) else int(value)
                 )
+            elif key == "exempt_tools":
+                if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                    raise ConfigError(f"exempt_tools{where} must be a list of tool names")
+                self.exempt_tools = tuple(sorted(set(value)))
             elif key in _TOP_KEYS:
                 setattr(self, key, value)
             else:
@@ -148,6 +155,7 @@ class Config:
             max_runs=self.max_runs,
             ttl_seconds=self.ttl_seconds,
             on_store_error=self.on_store_error,
+            exempt_tools=self.exempt_tools,
             sections={k: dict(v) for k, v in self.sections.items()},
             source=self.source,
         )
@@ -199,6 +207,7 @@ class Config:
             "max_runs": self.max_runs,
             "ttl_seconds": self.ttl_seconds,
             "on_store_error": self.on_store_error,
+            "exempt_tools": list(self.exempt_tools),
         }
         for name, (factory, default_on) in DETECTORS.items():
             target = Cycle if factory is _name_cycle else factory

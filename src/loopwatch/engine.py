@@ -34,8 +34,11 @@ def new_state() -> dict[str, Any]:
 class Engine:
     """Runs a set of detectors over one run's events, step by step."""
 
-    def __init__(self, detectors: Iterable[Detector]) -> None:
+    def __init__(self, detectors: Iterable[Detector], exempt_tools: Iterable[str] = ()) -> None:
         self.detectors = tuple(detectors)
+        # Tools the user declared exempt (a poller, a clock): their calls and results
+        # keep their step index but are invisible to every detector.
+        self.exempt_tools = frozenset(exempt_tools)
         by_kind: dict[str, list[Detector]] = {k: [] for k in KINDS}
         for det in self.detectors:
             for kind in det.kinds:
@@ -53,8 +56,18 @@ class Engine:
         kind = event.kind
         call = None
         if kind == TOOL_CALL:
+            if self.exempt_tools and event.name in self.exempt_tools:
+                if event.id is not None:
+                    state["pending"][event.id] = -1  # its result is exempt too
+                return []
             call = _record_call(state, event, step)
         elif kind == TOOL_RESULT:
+            if self.exempt_tools and (
+                event.name in self.exempt_tools
+                or (event.id is not None and state["pending"].get(event.id) == -1)
+            ):
+                state["pending"].pop(event.id, None)
+                return []
             call = _record_result(state, event, step)
         detectors = self._by_kind.get(kind)
         if not detectors:

@@ -57,7 +57,7 @@ class Guard:
         dets: tuple[Detector, ...] = (
             tuple(detectors) if detectors is not None else tuple(cfg.detectors())
         )
-        self.engine = Engine(dets)
+        self.engine = Engine(dets, cfg.exempt_tools)
         self.policy = Policy(cfg.on_loop)  # type: ignore[arg-type]
         if isinstance(store, Store):
             self.store = store

@@ -133,7 +133,9 @@ class Scanner:
         self, config: Config | None = None, detectors: Iterable[Detector] | None = None
     ) -> None:
         self.config = config if config is not None else _discovered_config()
-        self.engine = Engine(self.config.detectors() if detectors is None else detectors)
+        self.engine = Engine(
+            self.config.detectors() if detectors is None else detectors, self.config.exempt_tools
+        )
         self.policy = Policy(self.config.on_loop)  # type: ignore[arg-type]
 
     def scan(self, run: Mapping[str, Any] | Iterable[Any], run_id: str | None = None) -> Report:
