@@ -74,7 +74,24 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="progress bar on stderr (auto: when stderr is a terminal)",
     )
+    p_scan.add_argument(
+        "--explain", metavar="RUN_ID", help="show one run as a timeline with its evidence"
+    )
     p_scan.set_defaults(func=_cmd_scan)
+
+    p_cal = sub.add_parser("calibrate", help="choose thresholds from runs you consider healthy")
+    p_cal.add_argument("paths", nargs="+", metavar="GOOD", help="healthy runs (trace files)")
+    p_cal.add_argument(
+        "--target-false-stop",
+        type=float,
+        default=0.01,
+        metavar="RATE",
+        help="largest fraction of these runs that may be stopped (default 0.01)",
+    )
+    p_cal.add_argument("--out", metavar="FILE", help="write the configuration (loopwatch.toml)")
+    p_cal.add_argument("--config", metavar="FILE", help="start from this configuration")
+    p_cal.add_argument("--format", choices=(*FORMATS, "native"), help="force the trace format")
+    p_cal.set_defaults(func=_cmd_calibrate)
 
     p_conf = sub.add_parser("config", help="show the effective configuration")
     p_conf.add_argument("--show", action="store_true", help="print it (the default)")
@@ -165,7 +182,51 @@ def _peek_size(paths: Sequence[str]) -> int:
     return total
 
 
+def _cmd_explain(args: argparse.Namespace, config: Config) -> int:
+    from rich.console import Console
+
+    from .explain import explain
+
+    fmt = None if args.format in (None, "native") else args.format
+    scanner = Scanner(config)
+    for item in read_runs(args.paths, fmt):
+        if isinstance(item, InputError):
+            print(item, file=sys.stderr)
+        elif item.run_id == args.explain:
+            explain(item.events, scanner.scan(item.to_dict()), Console())
+            return 0
+    print(f"loopwatch: no run {args.explain!r} in {', '.join(args.paths)}", file=sys.stderr)
+    return 2
+
+
+def _cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
+    from .calibrate import calibrate
+
+    if not 0 <= args.target_false_stop < 1:
+        print("loopwatch calibrate: --target-false-stop must be in [0, 1)", file=sys.stderr)
+        return 2
+    fmt = None if args.format in (None, "native") else args.format
+    runs = []
+    for item in read_runs(args.paths, fmt):
+        if isinstance(item, InputError):
+            print(item, file=sys.stderr)
+        else:
+            runs.append(item.to_dict())
+    if not runs:
+        print("loopwatch calibrate: no runs to calibrate on", file=sys.stderr)
+        return 2
+    result = calibrate(runs, args.target_false_stop, config, progress=None)
+    print(result.summary())
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            fh.write(result.to_toml())
+        print(f"wrote {args.out}")
+    return 0
+
+
 def _cmd_scan(args: argparse.Namespace, config: Config) -> int:
+    if args.explain:
+        return _cmd_explain(args, config)
     jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
     if _peek_size(args.paths) < _SMALL_INPUT * 100:  # ~100 bytes per event
         jobs = 1
@@ -275,6 +336,7 @@ class _HumanTable:
     def render(self, file: TextIO | None = None) -> None:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
         target = file or sys.stdout
         console = Console(file=target, width=None if target.isatty() else 160)
@@ -294,12 +356,12 @@ class _HumanTable:
         for r in rows:
             top = r.top_finding
             table.add_row(
-                r.run_id,
+                Text(r.run_id),
                 f"[{style[r.verdict]}]{r.verdict}[/]",
                 f"{r.score:.2f}",
                 "-" if r.first_warn is None else str(r.first_warn),
                 "-" if r.first_stop is None else str(r.first_stop),
-                "" if top is None else f"{top.detector}: {_clip(top.message, 110)}",
+                Text("" if top is None else f"{top.detector}: {_clip(top.message, 110)}"),
             )
         console.print(table)
         summary = ", ".join(f"{n} {v}" for v, n in self.counts.items())

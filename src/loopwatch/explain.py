@@ -1,0 +1,96 @@
+"""A compact terminal timeline of one run, with each finding's evidence highlighted.
+
+``loopwatch scan FILE --explain RUN_ID`` prints it: one line per event (index, kind,
+tool or agent, arguments or the start of the text), the steps that are evidence for a
+finding marked and coloured, and each finding's message where it fired. Long runs
+are folded: only the events near a finding are shown, with a count of those skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
+
+from .detectors.base import preview
+from .findings import Severity
+from .scan import Report
+
+__all__ = ["explain"]
+
+_GLYPH = {"model": "M", "tool_call": "→", "tool_result": "←", "user": "U", "span": "S"}
+_CONTEXT = 3  # events shown around evidence when folding
+
+
+def _describe(event: Mapping[str, Any]) -> str:
+    kind = event.get("kind")
+    who = event.get("agent")
+    if kind == "tool_call":
+        return f"{event.get('name')}({preview(event.get('args'), 70)})"
+    if kind == "tool_result":
+        err = " ERROR" if event.get("error") else ""
+        return f"{event.get('name') or ''}{err}: {preview(event.get('text'), 80)!r}"
+    if kind == "span":
+        return (
+            f"{event.get('type') or 'span'} {event.get('name')}: {preview(event.get('text'), 70)!r}"
+        )
+    text = preview(event.get("text"), 90)
+    return f"{who}: {text!r}" if who else repr(text)
+
+
+def explain(
+    events: Sequence[Mapping[str, Any]], report: Report, console: Console, fold: bool = True
+) -> None:
+    """Print the timeline of one run and why it was flagged."""
+    style = {"ok": "green", "warn": "yellow", "stop": "bold red"}[report.verdict]
+    console.print(
+        Text.assemble(
+            ("run ", "bold"),
+            (report.run_id, "bold"),
+            ": ",
+            (report.verdict, style),
+            f"  score {report.score:.2f}  first warn {report.first_warn}  "
+            f"first stop {report.first_stop}  {len(events)} events",
+        )
+    )
+    evidence: dict[int, str] = {}
+    fired: dict[int, list[str]] = {}
+    for number, f in enumerate(report.findings, 1):
+        tone = "red" if f.severity is Severity.STOP else "yellow"
+        for s in f.steps:
+            evidence.setdefault(s, tone)
+        fired.setdefault(f.step, []).append(
+            f"[{tone}]#{number} {f.detector} {f.severity}: {escape(f.message)}[/]"
+        )
+    shown = set(range(len(events)))
+    if fold and evidence and len(events) > 40:
+        shown = set()
+        for s in set(evidence) | set(fired):
+            shown.update(range(max(0, s - _CONTEXT), min(len(events), s + _CONTEXT + 1)))
+    skipped = 0
+    colour: str | None
+    for i, event in enumerate(events):
+        if i not in shown:
+            skipped += 1
+            continue
+        if skipped:
+            console.print(f"      [dim]... {skipped} events ...[/]")
+            skipped = 0
+        colour = evidence.get(i)
+        mark = "▌" if colour else " "
+        marker = ""
+        if i == report.first_stop:
+            marker = " [bold red]◀ STOP[/]"
+        elif i == report.first_warn:
+            marker = " [yellow]◀ WARN[/]"
+        line = Text(f"{mark}{i:>5} {_GLYPH.get(str(event.get('kind')), '?')} ")
+        line.append(_describe(event), style=colour or "")
+        console.print(line, end="")
+        console.print(marker)
+        for message in fired.get(i, []):
+            console.print(f"        {message}")
+    if skipped:
+        console.print(f"      [dim]... {skipped} events ...[/]")
