@@ -13,7 +13,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from .detectors.base import C_NAME, C_NORM, C_RESULT, C_RSTEP, C_STEP, Context, Detector, preview
+from .detectors.base import (
+    C_NAME,
+    C_NORM,
+    C_NOVEL,
+    C_RESULT,
+    C_RSTEP,
+    C_STEP,
+    Context,
+    Detector,
+    preview,
+)
 from .events import KINDS, TOOL_CALL, TOOL_RESULT, Event
 from .findings import Finding, Severity
 
@@ -152,4 +162,8 @@ def _record_result(state: dict[str, Any], event: Event, step: int) -> list[Any] 
         return None
     rec[C_RESULT] = event.result_key
     rec[C_RSTEP] = step
+    if event.error and rec[C_NOVEL]:
+        # A new call that failed taught nothing: take back the progress its call
+        # counted, so a repeat around failed attempts is still a repeat.
+        state["epoch"] -= 1
     return rec

@@ -31,6 +31,8 @@ __all__ = [
     "canonical_args",
     "mask_volatile",
     "normalise_text",
+    "sketch_similarity",
+    "text_sketch",
 ]
 
 MODEL: Final = "model"
@@ -68,6 +70,29 @@ _STOPWORDS: Final = frozenset(
     {"a", "an", "the", "in", "of", "for", "on", "to", "at", "by", "with", "and", "or", "is"}
 )
 _WORD = re.compile(r"[^\W_]+")
+
+
+_SKETCH_SIZE: Final = 64
+_SKETCH_MIN_WORDS: Final = 20
+_xxh32 = xxhash.xxh32_intdigest
+
+
+def text_sketch(text: str) -> list[int] | None:
+    """A bottom-64 MinHash sketch of a text's distinct words (stable across processes),
+    or None when the text has too few words for a fuzzy comparison to mean anything."""
+    words = set(_WORD.findall(mask_volatile(text[:4000]).lower()))
+    if len(words) < _SKETCH_MIN_WORDS:
+        return None
+    return sorted(_xxh32(w.encode()) for w in words)[:_SKETCH_SIZE]
+
+
+def sketch_similarity(a: list[int], b: list[int]) -> float:
+    """Estimated Jaccard similarity of the word sets behind two sketches."""
+    sa, sb = set(a), set(b)
+    merged = sorted(sa | sb)[:_SKETCH_SIZE]
+    if not merged:
+        return 0.0
+    return sum(1 for h in merged if h in sa and h in sb) / len(merged)
 
 
 def mask_volatile(text: str) -> str:

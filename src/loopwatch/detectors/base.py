@@ -58,7 +58,8 @@ class Context:
 
     @property
     def epoch(self) -> int:
-        """How many novel calls (calls not in the window) the run has made so far."""
+        """Progress marker: novel calls (not in the window) made so far, minus those
+        that failed. Unchanged between two calls means nothing new was tried."""
         return int(self.state["epoch"])
 
     @property
