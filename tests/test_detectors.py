@@ -49,10 +49,43 @@ def test_repeated_call_with_changing_results_is_progress() -> None:
 
 def test_repeated_call_restarts_after_a_new_call_in_between() -> None:
     events: Events = []
-    for i in range(6):
+    for i in range(5):
         events += tool("edit", {"patch": f"fix {i}"}, "ok")
         events += tool("run_tests", {"path": "t"}, "1 failed")
     assert firsts(only(RepeatedCall(), events)) == (None, None)
+
+
+def test_failed_new_calls_are_not_progress() -> None:
+    events: Events = []
+    for i in range(5):
+        events += tool("load", {"path": "data"}, "loaded 100 rows")
+        events += tool("analyse", {"attempt": i}, f"Traceback: error {i}", error=True)
+    assert firsts(only(RepeatedCall(), events)) == (8, 16)  # the 3rd and 5th load
+
+
+def test_restarting_from_the_same_step_is_caught_in_the_window() -> None:
+    events: Events = []
+    for i in range(8):  # new work in between succeeds, but the agent keeps reloading
+        events += tool("load", {"path": "data"}, "loaded 100 rows")
+        events += tool("analyse", {"attempt": i}, f"partial result {i}")
+    report = only(RepeatedCall(), events)
+    assert firsts(report) == (20, 24)  # the 6th and 7th identical load
+    stop = next(f for f in report.findings if f.step == 24)
+    assert stop.steps == (0, 4, 8, 12, 16, 20, 24)
+    assert "7 times" in stop.message
+
+
+def test_near_identical_long_results_count_as_the_same() -> None:
+    page = " ".join(f"word{i}" for i in range(40))
+    events: Events = []
+    for i in range(6):  # the same page, re-rendered with one word changed each time
+        events += tool("click", {"target": "Month"}, page + f" render{i}")
+    report = only(RepeatedCall(), events)
+    assert report.first_warn is not None and report.first_stop is not None
+    short: Events = []
+    for i in range(6):  # a short status line that changes is news
+        short += tool("status", {"job": "j"}, f"running {i}")
+    assert firsts(only(RepeatedCall(), short)) == (None, None)
 
 
 def test_repeated_call_without_results_counts_as_no_new_information() -> None:
