@@ -82,3 +82,19 @@ def test_exempt_tools_are_invisible_to_detectors() -> None:
     assert all(v.ok for v in verdicts) and verdicts[-1].step == len(events) - 1
     with pytest.raises(ConfigError, match="exempt_tools"):
         Config.from_mapping({"exempt_tools": "get_job_status"})
+
+
+@pytest.mark.parametrize(
+    "section",
+    [
+        {"repeated_call": {"stop_at": "five"}},
+        {"repeated_call": {"warn_at": True}},
+        {"stagnation": {"similarity": "high"}},
+        {"frequency": {"per_tool": {"poll": [40]}}},
+        {"frequency": {"exempt": "poll"}},
+        {"chanting": {"enabled": "yes"}},
+    ],
+)
+def test_wrong_value_types_fail_at_configuration_time(section: dict) -> None:
+    with pytest.raises(ConfigError):
+        Guard(Config.from_mapping(section))

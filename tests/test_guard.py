@@ -45,12 +45,17 @@ def test_warning_message_is_specific() -> None:
     assert verdicts[-1].findings[0].detector == "repeated_call"
 
 
-def test_on_loop_skip_blocks_the_call_and_keeps_blocking() -> None:
+def test_on_loop_skip_blocks_the_call_then_escalates_to_stop() -> None:
     guard = Guard(Config(), on_loop="skip")
     actions = loop(guard, times=7)
     assert actions == ["ok", "ok", "warn", "ok", "skip", "skip", "skip"]
     verdict = guard.observe("r", SEARCH)
-    assert verdict.should_skip and "not executed" in (verdict.message or "")
+    # A model that keeps making blocked calls would loop on the blocks for ever.
+    assert verdict.should_stop and "stopped" in (verdict.message or "")
+    fresh = Guard(Config(), on_loop="skip")
+    loop(fresh, times=4)
+    blocked = fresh.observe("r", SEARCH)
+    assert blocked.should_skip and "not executed" in (blocked.message or "")
 
 
 def test_on_loop_warn_never_blocks() -> None:

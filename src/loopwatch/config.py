@@ -120,9 +120,11 @@ class Config:
                         raise ConfigError(
                             f"unknown key {sub!r} in [{key}]{where}; valid keys: {', '.join(valid)}"
                         )
-                self.sections.setdefault(key, {}).update(
-                    {k: _convert(k, v) for k, v in value.items()}
-                )
+                converted = {k: _convert(k, v) for k, v in value.items()}
+                defaults = _defaults(DETECTORS[key][0])
+                for sub, sub_value in converted.items():
+                    _check_type(f"[{key}] {sub}{where}", sub_value, defaults.get(sub, True))
+                self.sections.setdefault(key, {}).update(converted)
             elif key == "max_iterations":
                 self.sections.setdefault("iteration_cap", {})["max_iterations"] = (
                     None if value in (None, _NEVER) else int(value)
@@ -210,12 +212,7 @@ class Config:
             "exempt_tools": list(self.exempt_tools),
         }
         for name, (factory, default_on) in DETECTORS.items():
-            target = Cycle if factory is _name_cycle else factory
-            defaults = {
-                p.name: p.default
-                for p in inspect.signature(target.__init__).parameters.values()
-                if p.name not in ("self", "level")
-            }
+            defaults = _defaults(factory)
             if factory is _name_cycle:
                 defaults.update(warn_repeats=5, stop_repeats=None)
             section = {"enabled": default_on, **defaults, **self.sections.get(name, {})}
@@ -223,16 +220,57 @@ class Config:
         return out
 
 
+def _defaults(factory: Any) -> dict[str, Any]:
+    target = Cycle if factory is _name_cycle else factory
+    return {
+        p.name: p.default
+        for p in inspect.signature(target.__init__).parameters.values()
+        if p.name not in ("self", "level")
+    }
+
+
+def _check_type(where: str, value: Any, default: Any) -> None:
+    """Reject a value of the wrong type now, not at the agent's first step."""
+    ok: bool
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+        expected = "true or false"
+    elif isinstance(default, int) or (default is None and not isinstance(value, str)):
+        ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
+        expected = "a whole number (0 for never)"
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        expected = "a number"
+    elif isinstance(default, str):
+        ok = isinstance(value, str)
+        expected = "a string"
+    else:
+        return  # structured values are checked by _convert
+    if not ok:
+        raise ConfigError(f"{where} must be {expected}, not {value!r}")
+
+
 def _convert(key: str, value: Any) -> Any:
     """TOML has no null: 0 means "never" for stop thresholds; lists become tuples."""
     if key.startswith("stop") and value == _NEVER:
         return None
-    if key == "per_tool" and isinstance(value, Mapping):
+    if key == "per_tool":
+        if not isinstance(value, Mapping) or not all(
+            isinstance(v, (list, tuple))
+            and len(v) == 2
+            and all(isinstance(x, int) or x is None for x in v)
+            for v in value.values()
+        ):
+            raise ConfigError(
+                f"per_tool must map tool names to [warn_at, stop_at] pairs, not {value!r}"
+            )
         return {
             str(k): (int(v[0]), None if v[1] in (None, _NEVER) else int(v[1]))
             for k, v in value.items()
         }
-    if key == "exempt" and isinstance(value, list):
+    if key == "exempt":
+        if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"exempt must be a list of tool names, not {value!r}")
         return frozenset(value)
     return value
 

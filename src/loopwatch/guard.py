@@ -102,7 +102,7 @@ class Guard:
             findings = engine.step(state, ev)
             if not findings:
                 return Verdict(Action.OK, n)
-            return policy.decide(n, ev.kind, findings)
+            return policy.decide(n, ev.kind, findings, state)
 
         return step
 

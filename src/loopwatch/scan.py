@@ -164,7 +164,7 @@ class Scanner:
             found = engine.step(state, ev)
             if not found:
                 continue
-            verdict = policy.decide(step, ev.kind, found)
+            verdict = policy.decide(step, ev.kind, found, state)
             findings.extend(verdict.findings)
             if first_warn is None:
                 first_warn = step
