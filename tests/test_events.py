@@ -122,3 +122,17 @@ def test_fingerprints_are_stable_across_processes() -> None:
     assert len(outs) == 1
     e = call("s", {"q": "Paris weather"})
     assert outs.pop().split()[0] == e.call_key
+
+
+def test_lone_surrogates_from_python_callers_do_not_crash() -> None:
+    from loopwatch import Config, scan
+
+    bad = "broken \ud800 text " * 3
+    events = [
+        {"kind": "model", "text": bad},
+        {"kind": "tool_call", "name": "t\udfff", "args": {"q": bad}},
+        {"kind": "tool_result", "name": "t", "text": bad * 10},
+        {"kind": "span", "id": "s", "name": "a", "text": bad},
+    ]
+    report = scan({"run_id": "r", "events": events * 6}, Config())
+    assert report.events == 24 and report.verdict in ("warn", "stop")

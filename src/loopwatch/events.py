@@ -43,6 +43,9 @@ SPAN: Final = "span"
 KINDS: Final = frozenset({MODEL, TOOL_CALL, TOOL_RESULT, USER, SPAN})
 
 _hexdigest = xxhash.xxh3_64_hexdigest
+# Text from Python callers may hold lone surrogates; hashing must not crash on them.
+_UTF8: Final = "utf-8"
+_LONE: Final = "surrogatepass"
 
 # Values that change on every call without changing what the call means or what it
 # returned: UUIDs, ISO-8601 timestamps, long hex ids (request ids, trace ids, hashes),
@@ -83,7 +86,7 @@ def text_sketch(text: str) -> list[int] | None:
     words = set(_WORD.findall(mask_volatile(text[:4000]).lower()))
     if len(words) < _SKETCH_MIN_WORDS:
         return None
-    return sorted(_xxh32(w.encode()) for w in words)[:_SKETCH_SIZE]
+    return sorted(_xxh32(w.encode(_UTF8, _LONE)) for w in words)[:_SKETCH_SIZE]
 
 
 def sketch_similarity(a: list[int], b: list[int]) -> float:
@@ -296,7 +299,9 @@ class Event:
         """Exact call key: tool name + canonical arguments."""
         key = self._call_key
         if key is None:
-            key = self._call_key = _hexdigest((self.name or "").encode() + b"\x00" + self.args_json)
+            key = self._call_key = _hexdigest(
+                (self.name or "").encode(_UTF8, _LONE) + b"\x00" + self.args_json
+            )
         return key
 
     @property
@@ -317,7 +322,9 @@ class Event:
             key = _NORM_CACHE.get(exact)
             if key is None:
                 normalised = _normalise_value(_maybe_json(self.args))
-                key = _hexdigest((self.name or "").encode() + b"\x00" + _sorted_json(normalised))
+                key = _hexdigest(
+                    (self.name or "").encode(_UTF8, _LONE) + b"\x00" + _sorted_json(normalised)
+                )
                 if len(_NORM_CACHE) >= _NORM_CACHE_MAX:
                     _NORM_CACHE.clear()
                 _NORM_CACHE[exact] = key
@@ -335,11 +342,11 @@ class Event:
         error flag. Two results with the same key carry the same information."""
         key = self._result_key
         if key is None:
-            raw = _hexdigest(self.text.encode())
+            raw = _hexdigest(self.text.encode(_UTF8, _LONE))
             key = _RESULT_CACHE.get(raw)
             if key is None:
                 folded = " ".join(mask_volatile(self.text).split())
-                key = _hexdigest(folded.encode())
+                key = _hexdigest(folded.encode(_UTF8, _LONE))
                 if len(_RESULT_CACHE) >= _NORM_CACHE_MAX:
                     _RESULT_CACHE.clear()
                 _RESULT_CACHE[raw] = key
@@ -351,7 +358,7 @@ class Event:
     @property
     def text_key(self) -> str:
         """Fingerprint of model output: case and whitespace folded."""
-        return _hexdigest(" ".join(self.text.lower().split()).encode())
+        return _hexdigest(" ".join(self.text.lower().split()).encode(_UTF8, _LONE))
 
     def __repr__(self) -> str:
         bits = [self.kind]

@@ -39,7 +39,9 @@ class Recursion(Detector):
         spans: dict[str, list[Any]] = self.my_state(ctx)
         # A hash, not the text: span inputs can be long, and the state must stay small.
         label = xxh3_64_hexdigest(
-            f"{ev.type or ''}\x00{ev.name or ''}\x00{normalise_text(ev.text)}".encode()
+            f"{ev.type or ''}\x00{ev.name or ''}\x00{normalise_text(ev.text)}".encode(
+                "utf-8", "surrogatepass"
+            )
         )
         depth = 1
         steps = [ctx.step]
