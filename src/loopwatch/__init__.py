@@ -30,6 +30,7 @@ from .detectors import (
 from .events import Event
 from .findings import Action, Finding, LoopDetected, Severity, StoreUnavailable, Verdict
 from .guard import Guard
+from .integrations.decorator import current_run, watch
 from .scan import Report, Scanner, scan
 from .stores import MemoryStore, Store
 from .traces import InputError, TraceRun, read_runs
@@ -65,7 +66,9 @@ __all__ = [
     "TraceRun",
     "Verdict",
     "__version__",
+    "current_run",
     "default_detectors",
     "read_runs",
     "scan",
+    "watch",
 ]

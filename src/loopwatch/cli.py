@@ -463,4 +463,13 @@ def _cmd_demo(args: argparse.Namespace, config: Config) -> int:
         if verdict.action == "skip":
             continue
         guard.observe(run_id, {"kind": "tool_result", "name": "web_search", "text": "18C, cloudy"})
+
+    console.rule("[bold]3. An HTML report of the example traces")
+    try:
+        from .report import write_report
+    except ImportError as exc:  # jinja2 missing
+        console.print(f"no HTML report ({exc}): pip install 'loopwatch[report]'", markup=False)
+    else:
+        summary = write_report(read_runs(paths), "loopwatch-report.html", config=config)
+        console.print(f"wrote {summary.path}: open it in a browser", markup=False)
     return 0
