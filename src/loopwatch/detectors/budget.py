@@ -10,8 +10,9 @@ from .base import Context, Detector
 class IterationCap(Detector):
     """Stop after ``max_iterations`` model turns; warn at ``warn_ratio`` of the cap.
 
-    Default 250 turns (mini-swe-agent's own step limit; Fuze's 25 would have stopped
-    most solved coding runs in the corpus). ``None`` disables the cap.
+    Default 250 turns: mini-swe-agent's own step limit, and about twice the longest
+    solved run in the corpus (132 model turns, a SWE-bench run). Fuze's 25 would
+    have stopped most solved coding runs there. ``None`` disables the cap.
     """
 
     name = "iteration_cap"
