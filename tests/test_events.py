@@ -136,3 +136,13 @@ def test_lone_surrogates_from_python_callers_do_not_crash() -> None:
     ]
     report = scan({"run_id": "r", "events": events * 6}, Config())
     assert report.events == 24 and report.verdict in ("warn", "stop")
+
+
+@given(st.lists(st.sampled_from(["ok", "2024-05-01T10:00:00Z", "10:00:07", "req_abc12345",
+                                 "3f2a9c1e-1111-4a5b-9c3d-0123456789ab", "deadbeefcafe12345678",
+                                 "page", "42", "\\n", "  "]), max_size=12))  # fmt: skip
+def test_token_masking_equals_masking_the_whole_text(parts: list[str]) -> None:
+    from loopwatch.events import fold_and_mask
+
+    text = " ".join(parts)
+    assert fold_and_mask(text) == " ".join(mask_volatile(text).split())

@@ -29,6 +29,7 @@ __all__ = [
     "USER",
     "Event",
     "canonical_args",
+    "fold_and_mask",
     "mask_volatile",
     "normalise_text",
     "sketch_similarity",
@@ -101,6 +102,22 @@ def sketch_similarity(a: list[int], b: list[int]) -> float:
 def mask_volatile(text: str) -> str:
     """Replace volatile values (UUIDs, timestamps, long hex ids) with a placeholder."""
     return _VOLATILE.sub("#", text)
+
+
+def fold_and_mask(text: str) -> str:
+    """Whitespace folded and volatile values masked, token by token.
+
+    Equivalent to masking then folding for the values we mask (none contains
+    spaces), but several times faster on long results: the regex runs only on the
+    few tokens that could hold a volatile value (8+ characters, not purely letters)
+    instead of at every position of the text.
+    """
+    tokens = text.split()
+    sub = _VOLATILE.sub
+    for i, tok in enumerate(tokens):
+        if len(tok) >= 8 and not tok.isalpha():
+            tokens[i] = sub("#", tok)
+    return " ".join(tokens)
 
 
 def normalise_text(text: str) -> str:
@@ -345,7 +362,7 @@ class Event:
             raw = _hexdigest(self.text.encode(_UTF8, _LONE))
             key = _RESULT_CACHE.get(raw)
             if key is None:
-                folded = " ".join(mask_volatile(self.text).split())
+                folded = fold_and_mask(self.text)
                 key = _hexdigest(folded.encode(_UTF8, _LONE))
                 if len(_RESULT_CACHE) >= _NORM_CACHE_MAX:
                     _RESULT_CACHE.clear()
