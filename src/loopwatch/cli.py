@@ -187,7 +187,7 @@ def _cmd_explain(args: argparse.Namespace, config: Config) -> int:
 
     from .explain import explain
 
-    fmt = None if args.format in (None, "native") else args.format
+    fmt = args.format
     scanner = Scanner(config)
     for item in read_runs(args.paths, fmt):
         if isinstance(item, InputError):
@@ -205,7 +205,7 @@ def _cmd_calibrate(args: argparse.Namespace, config: Config) -> int:
     if not 0 <= args.target_false_stop < 1:
         print("loopwatch calibrate: --target-false-stop must be in [0, 1)", file=sys.stderr)
         return 2
-    fmt = None if args.format in (None, "native") else args.format
+    fmt = args.format
     runs = []
     for item in read_runs(args.paths, fmt):
         if isinstance(item, InputError):
@@ -230,7 +230,7 @@ def _cmd_scan(args: argparse.Namespace, config: Config) -> int:
     jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
     if _peek_size(args.paths) < _SMALL_INPUT * 100:  # ~100 bytes per event
         jobs = 1
-    fmt = None if args.format in (None, "native") else args.format
+    fmt = args.format
     show_progress = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
     out = sys.stdout
     had_error = False

@@ -20,7 +20,7 @@ __all__ = ["run_report"]
 
 def run_report(args: argparse.Namespace, config: Config) -> int:
     """Run the ``report`` subcommand; ``args`` has ``paths``, ``output``, ``format``."""
-    fmt = None if args.format in (None, "native") else args.format
+    fmt = args.format
 
     def print_error(error: InputError) -> None:
         print(error, file=sys.stderr)

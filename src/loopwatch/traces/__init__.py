@@ -1,7 +1,13 @@
 """Trace readers: turn exported traces into runs of FORMAT.md events.
 
 ``read_runs(path)`` streams :class:`TraceRun` objects (and :class:`InputError`
-for anything unreadable) from a file in any supported format.
+for anything unreadable) from files in any supported format. The format is
+sniffed from the content (:mod:`.sniff`); ``format=`` forces one. Supported:
+native JSON Lines (``jsonl``), OTLP JSON with the GenAI or OpenInference
+conventions (``otlp``), OpenAI Agents SDK exports (``openai_agents``),
+LangSmith runs (``langsmith``), Langfuse traces and observations
+(``langfuse``) and deepeval span trees (``deepeval``, when its reader is
+installed). ``.gz`` files are decompressed on the fly, ``-`` is stdin.
 """
 
 from __future__ import annotations
@@ -10,20 +16,30 @@ from collections.abc import Iterable, Iterator
 
 from .base import InputError, TraceRun, open_text
 from .jsonl import parse_run, read_jsonl
+from .sniff import FORMATS, detect, read_path
 
-__all__ = ["FORMATS", "InputError", "TraceRun", "open_text", "parse_run", "read_runs"]
-
-FORMATS = ("jsonl",)
+__all__ = [
+    "FORMATS",
+    "InputError",
+    "TraceRun",
+    "detect",
+    "open_text",
+    "parse_run",
+    "read_jsonl",
+    "read_runs",
+]
 
 
 def read_runs(
     paths: str | Iterable[str], format: str | None = None
 ) -> Iterator[TraceRun | InputError]:
-    """Stream runs from one or more paths (``-`` is stdin), in input order."""
+    """Stream runs from one or more paths (``-`` is stdin), in input order.
+
+    ``format`` forces a reader (one of :data:`FORMATS`, or ``"native"``);
+    ``None`` sniffs each file's content. Unreadable input becomes an
+    :class:`InputError` in the stream and reading goes on.
+    """
     if isinstance(paths, str):
         paths = [paths]
     for path in paths:
-        if format not in (None, "jsonl", "native"):
-            yield InputError(path, None, f"unknown format {format!r}; known: {', '.join(FORMATS)}")
-            continue
-        yield from read_jsonl(path)
+        yield from read_path(path, format)

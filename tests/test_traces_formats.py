@@ -1,0 +1,364 @@
+"""Reading exported traces: sniffing, forcing, bad input, streaming, a real Agents SDK run."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import traces_convert as tc
+from conftest import load_scenarios
+
+from loopwatch import Config, scan
+from loopwatch.traces import FORMATS, InputError, TraceRun, detect, read_runs
+from loopwatch.traces.otlp import OtlpReader
+from loopwatch.traces.sniff import read_path
+
+RUNS = load_scenarios()
+THREE = [RUNS[0], RUNS[12], RUNS[8]]  # a repeat loop, a clean run, a recursion
+
+
+def _otlp_lines(tmp: Path, docs: list[dict[str, Any]], name: str = "t.jsonl") -> Path:
+    path = tmp / name
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return path
+
+
+def _split(items: list[TraceRun | InputError]) -> tuple[list[TraceRun], list[InputError]]:
+    return (
+        [i for i in items if isinstance(i, TraceRun)],
+        [i for i in items if isinstance(i, InputError)],
+    )
+
+
+@pytest.fixture(scope="module")
+def three_docs() -> list[dict[str, Any]]:
+    return [tc.otlp_hex(d) for d in tc.otlp_documents(THREE, "genai")]
+
+
+# -- sniffing and forcing ---------------------------------------------------------------------
+def test_formats_lists_every_reader() -> None:
+    assert set(FORMATS) >= {"jsonl", "otlp", "langfuse", "langsmith", "openai_agents", "deepeval"}
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        ({"run_id": "r", "events": []}, "jsonl"),
+        ({"resourceSpans": []}, "otlp"),
+        ({"object": "trace.span", "id": "s", "trace_id": "t", "span_data": {}}, "openai_agents"),
+        ({"id": "x", "run_type": "tool", "trace_id": "t"}, "langsmith"),
+        ({"id": "o", "traceId": "t", "type": "GENERATION"}, "langfuse"),
+        ({"id": "t", "observations": []}, "langfuse"),
+        ({"hello": "world"}, None),
+    ],
+)
+def test_detect_recognises_each_format_from_one_record(record: Any, expected: str | None) -> None:
+    assert detect(record) == expected
+
+
+def test_native_files_read_the_same_through_sniffing(tmp_path: Path) -> None:
+    path = tmp_path / "native.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in RUNS))
+    runs, errors = _split(list(read_runs(str(path))))
+    assert not errors
+    assert [r.run_id for r in runs] == [r["run_id"] for r in RUNS]
+    assert [r.events for r in runs] == [r["events"] for r in RUNS]
+
+
+def test_forcing_the_wrong_format_reports_instead_of_guessing(tmp_path: Path) -> None:
+    path = tmp_path / "native.jsonl"
+    path.write_text(json.dumps(RUNS[0]) + "\n")
+    runs, errors = _split(list(read_runs(str(path), format="langfuse")))
+    assert not runs
+    assert len(errors) == 1 and errors[0].line == 1 and "Langfuse" in errors[0].reason
+
+
+def test_gzip_is_read_transparently(tmp_path: Path, three_docs: list[dict[str, Any]]) -> None:
+    plain = _otlp_lines(tmp_path, three_docs)
+    packed = tmp_path / "t.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert [r.events for r in read_runs(str(packed))] == [r.events for r in read_runs(str(plain))]
+
+
+def test_deepeval_records_are_read_when_its_reader_is_present(tmp_path: Path) -> None:
+    pytest.importorskip("loopwatch.traces.deepeval", reason="only meaningful without it")
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"type": "agent", "name": "a", "children": []}))
+    items = list(read_runs(str(path), format="deepeval"))
+    assert items and all(isinstance(i, (TraceRun, InputError)) for i in items)
+
+
+def test_forcing_deepeval_without_its_reader_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import loopwatch.traces.sniff as sniff
+
+    monkeypatch.setattr(sniff, "_deepeval", lambda: None)
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"type": "agent", "name": "a", "children": []}) + "\n")
+    items = list(read_runs(str(path), format="deepeval"))
+    assert len(items) == 1 and isinstance(items[0], InputError)
+    assert "deepeval" in items[0].reason and "not available" in items[0].reason
+
+
+# -- bad input: one clear error, nothing else lost ---------------------------------------------
+def _assert_three_read(runs: list[TraceRun], expected_ids: list[str]) -> None:
+    assert sorted(r.run_id for r in runs) == sorted(expected_ids)
+    by_id = {r.run_id: r for r in runs}
+    for native in THREE:
+        if native["run_id"] in by_id:
+            report = scan(by_id[native["run_id"]].to_dict(), Config())
+            assert report.verdict == scan(native, Config()).verdict
+
+
+def test_truncated_json_is_one_error_at_its_line(
+    tmp_path: Path, three_docs: list[dict[str, Any]]
+) -> None:
+    path = _otlp_lines(tmp_path, three_docs)
+    lines = path.read_text().splitlines()
+    lines[1] = lines[1][: len(lines[1]) // 2]
+    path.write_text("\n".join(lines) + "\n")
+    runs, errors = _split(list(read_runs(str(path))))
+    assert len(errors) == 1
+    assert str(errors[0]).startswith(f"{path}:2: invalid JSON")
+    _assert_three_read(runs, [THREE[0]["run_id"], THREE[2]["run_id"]])
+
+
+def test_a_truncated_document_is_one_error_with_its_position(
+    tmp_path: Path, three_docs: list[dict[str, Any]]
+) -> None:
+    path = tmp_path / "doc.json"
+    text = json.dumps(
+        {"resourceSpans": [rs for d in three_docs for rs in d["resourceSpans"]]}, indent=2
+    )
+    path.write_text(text[: len(text) // 2])
+    good = _otlp_lines(tmp_path, three_docs, "good.jsonl")
+    runs, errors = _split(list(read_runs([str(path), str(good)])))
+    assert len(errors) == 1 and errors[0].path == str(path)
+    assert errors[0].line is not None and errors[0].line > 1 and "invalid JSON" in errors[0].reason
+    _assert_three_read(runs, [r["run_id"] for r in THREE])
+
+
+def test_a_span_whose_parent_is_missing_is_one_error_and_the_run_is_still_read(
+    tmp_path: Path, three_docs: list[dict[str, Any]]
+) -> None:
+    docs = json.loads(json.dumps(three_docs))
+    spans = docs[2]["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    child = next(s for s in spans if s.get("parentSpanId"))
+    child["parentSpanId"] = "00000000deadbeef"
+    path = _otlp_lines(tmp_path, docs)
+    runs, errors = _split(list(read_runs(str(path))))
+    assert len(errors) == 1
+    assert errors[0].line == 3 and "deadbeef" in errors[0].reason
+    assert "not in the input" in errors[0].reason
+    _assert_three_read(runs, [r["run_id"] for r in THREE])
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda span: span.__setitem__("attributes", {"gen_ai.operation.name": "chat"}),
+        lambda span: span["attributes"].append(
+            {"key": "gen_ai.usage.output_tokens", "value": {"stringValue": "lots"}}
+        ),
+        lambda span: span["attributes"].append({"key": "x", "value": {"intValue": "1.5e"}}),
+        lambda span: span["attributes"].append({"value": {"stringValue": "no key"}}),
+    ],
+    ids=["attributes-object", "tokens-string", "int-not-int", "entry-without-key"],
+)
+def test_attributes_of_the_wrong_type_are_one_error_and_the_run_is_still_read(
+    tmp_path: Path, three_docs: list[dict[str, Any]], corrupt: Any
+) -> None:
+    docs = json.loads(json.dumps(three_docs))
+    corrupt(docs[1]["resourceSpans"][0]["scopeSpans"][0]["spans"][0])
+    path = _otlp_lines(tmp_path, docs)
+    runs, errors = _split(list(read_runs(str(path))))
+    assert len(errors) == 1, [str(e) for e in errors]
+    assert errors[0].path == str(path) and errors[0].line == 2
+    assert "attribute" in errors[0].reason
+    _assert_three_read(runs, [r["run_id"] for r in THREE])
+
+
+def test_an_unknown_format_is_one_error_and_the_next_file_is_read(
+    tmp_path: Path, three_docs: list[dict[str, Any]]
+) -> None:
+    unknown = tmp_path / "unknown.jsonl"
+    unknown.write_text('{"hello": "world"}\n{"hello": "again"}\n')
+    good = _otlp_lines(tmp_path, three_docs)
+    runs, errors = _split(list(read_runs([str(unknown), str(good)])))
+    assert len(errors) == 1 and errors[0].path == str(unknown)
+    assert "unknown trace format" in errors[0].reason
+    _assert_three_read(runs, [r["run_id"] for r in THREE])
+
+
+def test_an_unknown_format_name_is_one_error(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_text(json.dumps(RUNS[0]) + "\n")
+    items = list(read_runs(str(path), format="zipkin"))
+    assert len(items) == 1 and isinstance(items[0], InputError)
+    assert "unknown format 'zipkin'" in items[0].reason
+
+
+def test_text_that_is_not_json_is_one_error(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("these are not traces\njust text\n")
+    items = list(read_runs(str(path)))
+    assert len(items) == 1 and isinstance(items[0], InputError) and items[0].path == str(path)
+
+
+# -- streaming ----------------------------------------------------------------------------------
+def test_otlp_runs_are_released_before_the_file_ends(three_docs: list[dict[str, Any]]) -> None:
+    """A trace whose root has arrived goes out a few lines later, not at the end of the file."""
+    reader = OtlpReader("stream")
+    filler = json.dumps({"resourceSpans": []})
+    released_at: dict[str, int] = {}
+    lines = [json.dumps(d) for d in three_docs] + [filler] * 20
+    for number, raw in enumerate(lines, 1):
+        for item in reader.feed(json.loads(raw), number):
+            assert isinstance(item, TraceRun)
+            released_at[item.run_id] = number
+    assert set(released_at) == set()  # conversations wait for idleness, not for roots
+    # Without a conversation id, traces go as soon as their root is in.
+    docs = [tc.otlp_hex(d) for d in tc.otlp_documents(THREE, "genai_old")]
+    reader = OtlpReader("stream")
+    lines = [json.dumps(d) for d in docs] + [filler] * 20
+    for number, raw in enumerate(lines, 1):
+        for item in reader.feed(json.loads(raw), number):
+            released_at[item.run_id] = number
+    assert len(released_at) == 3 and max(released_at.values()) < len(lines)
+    assert list(reader.finish()) == []
+
+
+def test_read_runs_is_lazy(tmp_path: Path, three_docs: list[dict[str, Any]]) -> None:
+    docs = [tc.otlp_hex(d) for d in tc.otlp_documents(THREE, "genai_old")]
+    filler = json.dumps({"resourceSpans": []})
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs) + (filler + "\n") * 5000)
+    stream: Iterator[Any] = read_path(str(path))
+    first = next(stream)
+    assert isinstance(first, TraceRun)
+    stream.close()  # type: ignore[attr-defined]
+
+
+# -- a real OpenAI Agents SDK run with a scripted model ---------------------------------------
+def test_openai_agents_run_with_a_scripted_model_is_read_and_stopped() -> None:
+    agents = pytest.importorskip("agents")
+    import agents.tracing as tracing
+    from agents.items import ModelResponse
+    from agents.models.interface import Model
+    from agents.usage import Usage
+    from openai.types.responses import (
+        ResponseFunctionToolCall,
+        ResponseOutputMessage,
+        ResponseOutputText,
+    )
+
+    class ScriptedModel(Model):
+        """Calls web_search with the same query every turn (a stuck agent)."""
+
+        def __init__(self) -> None:
+            self.turn = 0
+
+        async def get_response(
+            self, system_instructions: Any, input: Any, *a: Any, **k: Any
+        ) -> Any:
+            self.turn += 1
+            if self.turn <= 8:
+                item: Any = ResponseFunctionToolCall(
+                    type="function_call",
+                    name="web_search",
+                    call_id=f"call_{self.turn}",
+                    arguments='{"q": "paris weather"}',
+                    id=f"fc_{self.turn}",
+                )
+                output = [
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": f"call_{self.turn}",
+                                "type": "function",
+                                "function": {
+                                    "name": "web_search",
+                                    "arguments": '{"q": "paris weather"}',
+                                },
+                            }
+                        ],
+                    }
+                ]
+            else:
+                item = ResponseOutputMessage(
+                    id="m",
+                    type="message",
+                    role="assistant",
+                    status="completed",
+                    content=[ResponseOutputText(type="output_text", text="18C", annotations=[])],
+                )
+                output = [{"role": "assistant", "content": "18C"}]
+            messages = [{"role": "user", "content": input}] if isinstance(input, str) else input
+            with tracing.generation_span(
+                input=messages,
+                output=output,
+                model="scripted",
+                usage={"input_tokens": 10, "output_tokens": 5},
+            ):
+                pass
+            return ModelResponse(output=[item], usage=Usage(), response_id=None)
+
+        def stream_response(self, *a: Any, **k: Any) -> Any:
+            raise NotImplementedError
+
+    @agents.function_tool
+    def web_search(q: str) -> str:
+        """Search the web."""
+        return "18C, cloudy"
+
+    exported: list[dict[str, Any]] = []
+
+    class Collector(tracing.TracingProcessor):
+        def on_trace_start(self, trace: Any) -> None:
+            exported.append(trace.export())
+
+        def on_trace_end(self, trace: Any) -> None: ...
+        def on_span_start(self, span: Any) -> None: ...
+
+        def on_span_end(self, span: Any) -> None:
+            exported.append(span.export())
+
+        def shutdown(self) -> None: ...
+        def force_flush(self) -> None: ...
+
+    tracing.set_trace_processors([Collector()])
+    try:
+        agent = agents.Agent(name="researcher", tools=[web_search], model=ScriptedModel())
+        result = asyncio.run(agents.Runner.run(agent, "weather in paris?", max_turns=20))
+    finally:
+        tracing.set_trace_processors([])
+    assert result.final_output == "18C"
+
+    from loopwatch.traces.openai_agents import OpenAIAgentsReader
+
+    reader = OpenAIAgentsReader("agents")
+    items = [*reader.feed({"data": exported}, 1), *reader.finish()]
+    runs, errors = _split(items)
+    assert not errors and len(runs) == 1
+    events = runs[0].events
+    calls = [e for e in events if e["kind"] == "tool_call"]
+    results = [e for e in events if e["kind"] == "tool_result"]
+    assert len(calls) == len(results) == 8
+    assert all(c["name"] == "web_search" and c["args"] == {"q": "paris weather"} for c in calls)
+    assert all(r["text"] == "18C, cloudy" for r in results)
+    assert events[0]["kind"] == "span" and events[0]["name"] == "researcher"
+    assert events[0]["text"] == "weather in paris?"
+    assert [e["text"] for e in events if e["kind"] == "model"][-1] == "18C"
+    report = scan(runs[0].to_dict(), Config())
+    assert report.verdict == "stop"
+    # the guard replaying this run would have stopped the 5th identical call before it ran
+    assert report.first_stop is not None
+    assert events[report.first_stop] is calls[4]
