@@ -100,10 +100,17 @@ class _Metrics:
             has_text = bool(ev.text.strip())
             if has_text:
                 self.useful += 1
-                key = ev.text_key
-                if key == self.prev_key:
+                text = ev.text
+                if (
+                    not self.degenerate
+                    and self.prev_key is not None
+                    and (
+                        text == self.prev_key
+                        or " ".join(text.lower().split()) == " ".join(self.prev_key.lower().split())
+                    )
+                ):
                     self.degenerate = True
-                self.prev_key = key
+                self.prev_key = text
             self.pending_empty = not has_text
             self.last_was_final = has_text
         elif ev.kind == TOOL_CALL:

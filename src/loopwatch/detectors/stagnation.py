@@ -22,6 +22,11 @@ def _words(text: str) -> set[str]:
     return set(_WORD.findall(text.lower()))
 
 
+def _same(a: str, b: str) -> bool:
+    """Equal once case and spacing are folded."""
+    return a == b or " ".join(a.lower().split()) == " ".join(b.lower().split())
+
+
 def jaccard(a: set[str], b: set[str]) -> float:
     """Jaccard similarity of two word sets."""
     if not a or not b:
@@ -86,18 +91,17 @@ class Stagnation(Detector):
         ev = ctx.event
         agent = ev.agent or ""
         text = ev.text.strip()[:_COMPARE_CHARS]
-        exact = ev.text_key
         prev = st.pop(agent, None)
-        # entry: [count, exact key, text (clipped), evidence steps]
-        if prev is not None and (prev[1] == exact or self._similar(text, prev[2])):
+        # entry: [count, text (clipped), evidence steps]; compared only when two
+        # outputs of one agent come in a row, which most agents never do.
+        if prev is not None and (_same(text, prev[1]) or self._similar(text, prev[1])):
             prev[0] += 1
-            prev[1] = exact
-            prev[2] = text
-            prev[3].append(ctx.step)
-            trim(prev[3], _STEPS_MAX)
+            prev[1] = text
+            prev[2].append(ctx.step)
+            trim(prev[2], _STEPS_MAX)
             entry = prev
         else:
-            entry = [1, exact, text, [ctx.step]]
+            entry = [1, text, [ctx.step]]
         st[agent] = entry
         if len(st) > _AGENTS_MAX:
             del st[next(iter(st))]
@@ -119,7 +123,7 @@ class Stagnation(Detector):
             self.name,
             severity,
             ctx.step,
-            tuple(entry[3]),
+            tuple(entry[2]),
             f"{who} {what}. {action}",
-            f"{agent}@{entry[3][0]}",
+            f"{agent}@{entry[2][0]}",
         )
