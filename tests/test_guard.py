@@ -164,9 +164,13 @@ class _FailingStore(Store):
         return self.inner.apply(run_id, fn, factory)
 
     def get(self, run_id: str) -> State | None:
+        if self.down:
+            raise StoreUnavailable("connection refused")
         return self.inner.get(run_id)
 
     def reset(self, run_id: str) -> None:
+        if self.down:
+            raise StoreUnavailable("connection refused")
         self.inner.reset(run_id)
 
     def __len__(self) -> int:
@@ -201,3 +205,13 @@ def test_guard_accepts_events_or_dicts_and_rejects_bad_options() -> None:
         Guard(Config(), on_loop="explode")
     with pytest.raises(ConfigError, match="valid keys"):
         Guard(Config(), repeated_call={"warn_after": 2})
+
+
+def test_reset_and_state_follow_the_store_error_policy() -> None:
+    allow = Guard(Config(), store=_FailingStore())
+    allow.reset("r")  # logs, does not raise
+    assert allow.state("r") is None
+    strict = Guard(Config(), store=_FailingStore(), on_store_error="raise")
+    with pytest.raises(StoreUnavailable):
+        strict.reset("r")
+    asyncio.run(allow.aclose())

@@ -131,15 +131,30 @@ class Guard:
 
     # -- housekeeping -------------------------------------------------------------------
     def reset(self, run_id: str) -> None:
-        """Forget a run (call it when the run ends to free its state at once)."""
-        self.store.reset(run_id)
+        """Forget a run (call it when the run ends to free its state at once).
+
+        During a store outage this follows ``on_store_error`` like ``observe``: the
+        run's state expires by its TTL anyway, so "allow" only logs.
+        """
+        try:
+            self.store.reset(run_id)
+        except StoreUnavailable as exc:
+            self._store_failed(exc)
 
     def state(self, run_id: str) -> State | None:
-        """The run's current state (for inspection)."""
-        return self.store.get(run_id)
+        """The run's current state (for inspection); None if unknown or unreachable."""
+        try:
+            return self.store.get(run_id)
+        except StoreUnavailable as exc:
+            self._store_failed(exc)
+            return None
 
     def close(self) -> None:
         self.store.close()
+
+    async def aclose(self) -> None:
+        """Close the store's async connections (the Redis store keeps some)."""
+        await self.store.aclose()
 
     def __enter__(self) -> Guard:
         return self

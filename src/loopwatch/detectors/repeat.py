@@ -20,7 +20,7 @@ from .base import (
     trim,
 )
 
-_KEYS_MAX = 64  # distinct calls tracked per run (LRU); the call window is 32
+_KEYS_MAX = 32  # distinct calls tracked per run (LRU): no more than the call window holds
 _STEPS_MAX = 8  # evidence steps kept per call
 
 

@@ -47,3 +47,7 @@ class Store(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the default has none."""
+
+    async def aclose(self) -> None:
+        """Release async connections; the default closes the sync ones."""
+        self.close()

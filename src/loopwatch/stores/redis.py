@@ -1,0 +1,553 @@
+"""Run states in Redis or Valkey, so that every worker serving a run sees the same state.
+
+Why optimistic compare-and-set: the detectors run in Python, so the read-modify-write
+cannot happen inside Redis. Instead each run's key holds its state and a version
+token, and one Lua script (sent with EVALSHA) writes a new state only if the stored
+token is still the one this worker computed from; otherwise it answers with the
+current state and token so the worker recomputes and tries again at once, without a
+separate read. A worker keeps the last state it wrote or saw per run, so:
+
+* a step costs **one round trip** when this worker made the run's last update (the
+  common case: one agent run is mostly served by one worker at a time), and
+* **two** when another worker updated the run since (or this worker never saw it):
+  the first script call fails and returns the current state, the second one writes.
+
+A new run costs one round trip: the worker assumes the run is absent and the script
+confirms it. Each further conflicting writer adds one more round trip; after
+``max_conflicts`` the step fails with :class:`StoreUnavailable`. Within one process,
+updates of the same run take turns on a local lock, so threads and asyncio tasks of
+one worker never conflict with each other. Version tokens are random (not counters),
+so a run that expired or was reset and then re-created can never be mistaken for the
+version a stale worker remembers.
+
+Ordering guarantee: updates of one run are linearizable. The successful script calls
+of a run form a single chain (each one replaced exactly the version its step was
+computed from), so every observed step is applied exactly once, none is lost, and
+they are applied in the order in which their winning script calls reached Redis. A
+step whose ``observe`` returned before another one started is applied before it;
+steps observed at the same moment by different workers are applied in some order,
+each seeing all the steps applied before it.
+
+Keys are ``loopwatch:{prefix}:{run_id}``: one hash per run with the fields ``v``
+(version token) and ``s`` (the state as orjson bytes). Each write sets the key's TTL,
+so idle runs expire, and the state holds only the engine's bounded window and
+counters, so nothing grows with run length. A script touches only its one key, so
+each call lives in one hash slot.
+
+Faults never hang the agent. The async path gives up at exactly ``timeout``. The
+sync path waits at most ``timeout`` for its turn on the run and for each reply, and
+starts no new command once ``timeout`` has passed; after a timeout the store fails
+fast for ``retry_interval`` seconds (waiters included) instead of waiting again. So a
+down or stalled Redis costs a step at most ``timeout``; only a stall that begins
+between two commands of one update (a conflict retry) can stretch that to under
+twice ``timeout``. Every connection error, timeout or Redis error surfaces as
+:class:`StoreUnavailable`, which the guard turns into "allow" or "raise". A step that
+timed out may still be applied when a stalled server wakes up, but at most once and
+never over newer state (its expected version is then stale). The store recovers by
+itself: the next update after Redis comes back reconnects (redis-py drops broken
+connections), reloads the script if the server lost it, and starts a run afresh if
+its key is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import orjson
+
+from ..findings import StoreUnavailable
+from .base import State, Store
+
+if TYPE_CHECKING:
+    import redis as redis_sync
+    import redis.asyncio as redis_async
+
+__all__ = ["CAS_SCRIPT", "RedisStore"]
+
+T = TypeVar("T")
+
+INSTALL_HINT: Final = "pip install 'loopwatch[redis]'"
+
+# KEYS[1]: the run's hash. ARGV: expected version ('' = the run is absent), the new
+# version, the new state, the TTL in milliseconds. Returns 1 when written, else
+# {current version or '', current state or ''} so the caller can retry without a read.
+CAS_SCRIPT: Final = """
+local cur = redis.call('HGET', KEYS[1], 'v') or ''
+if cur == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'v', ARGV[2], 's', ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  return 1
+end
+return {cur, redis.call('HGET', KEYS[1], 's') or ''}
+"""
+
+# Schemes this store accepts, and the redis-py scheme each one maps to.
+_SCHEMES: Final = {
+    "redis": "redis",
+    "rediss": "rediss",
+    "valkey": "redis",
+    "valkeys": "rediss",
+    "redis+unix": "unix",
+    "unix": "unix",
+}
+
+# Options that may be given in the URL's query string, and how to parse them.
+_URL_OPTIONS: Final[dict[str, Callable[[str], Any]]] = {
+    "ttl_seconds": float,
+    "prefix": str,
+    "timeout": float,
+    "connect_timeout": float,
+    "retries": int,
+    "max_conflicts": int,
+    "retry_interval": float,
+    "cache_size": int,
+}
+
+_GLOB_SPECIAL: Final = str.maketrans({c: "\\" + c for c in "*?[]\\"})
+
+# Updates of one run from one process take turns on one of these locks.
+_STRIPES: Final = 256
+
+# (version token, the state at that version). The cache owns the dict: an update
+# takes it out, lets ``fn`` mutate it, and puts the result back only once written.
+_Cached = tuple[bytes, State]
+
+
+def _redis_module() -> Any:
+    """redis-py, imported only when a Redis store is actually built."""
+    try:
+        import redis
+        import redis.asyncio  # the async client must be importable too
+    except ImportError as exc:
+        raise ImportError(f"loopwatch's Redis/Valkey store needs redis-py: {INSTALL_HINT}") from exc
+    return redis
+
+
+def _split_url(url: str) -> tuple[str, dict[str, str]]:
+    """Map the URL to one redis-py understands and take loopwatch's options out of it."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in _SCHEMES:
+        raise ValueError(
+            f"unknown Redis store URL {_redact(url)!r}: use redis://, rediss://, "
+            "redis+unix://, valkey:// or valkeys://"
+        )
+    ours: dict[str, str] = {}
+    theirs: list[tuple[str, str]] = []
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in _URL_OPTIONS:
+            ours[name] = value
+        else:
+            theirs.append((name, value))
+    mapped = _SCHEMES[scheme]
+    netloc = parts.netloc
+    if mapped == "unix" and not parts.path:
+        raise ValueError(f"{_redact(url)!r} names no socket path: use redis+unix:///path/to.sock")
+    query = urlencode(theirs)
+    # Built by hand: urlunsplit drops the '//' of 'unix:///path' when there is no host.
+    redis_url = f"{mapped}://{netloc}{parts.path}" + (f"?{query}" if query else "")
+    return redis_url, ours
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[-1]
+    user = parts.username or ""
+    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, ""))
+
+
+class RedisStore(Store):
+    """Per-run guard state in Redis/Valkey, shared by every worker that uses the same URL.
+
+    Build it with :meth:`from_url` (``Guard(store="redis://host:6379/0")`` does).
+    Options: ``ttl_seconds`` (idle runs expire; required, Redis keys always expire),
+    ``prefix`` (namespace, e.g. per application), ``timeout`` (seconds to wait for Redis
+    per update), ``connect_timeout`` (default: ``timeout``), ``retries`` (immediate
+    reconnects on a dropped connection), ``max_conflicts`` (concurrent writers of one
+    run tolerated per step), ``retry_interval`` (seconds to fail fast after a timeout),
+    ``cache_size`` (runs whose last state this worker keeps decoded, default 1000: about
+    40 KB each with the default detectors; a run not kept costs one more round trip).
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://localhost:6379/0",
+        *,
+        ttl_seconds: float | None = 3600.0,
+        prefix: str = "default",
+        timeout: float = 0.5,
+        connect_timeout: float | None = None,
+        retries: int = 1,
+        max_conflicts: int = 32,
+        retry_interval: float = 1.0,
+        cache_size: int = 1000,
+    ) -> None:
+        if ttl_seconds is None or not ttl_seconds > 0:
+            raise ValueError(
+                f"ttl_seconds must be a positive number of seconds for a Redis store, not "
+                f"{ttl_seconds!r}: every key expires so that idle runs do not pile up"
+            )
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive, not {timeout!r}")
+        if connect_timeout is not None and not connect_timeout > 0:
+            raise ValueError(f"connect_timeout must be positive, not {connect_timeout!r}")
+        if retries < 0 or max_conflicts < 0 or retry_interval < 0 or cache_size < 1:
+            raise ValueError(
+                "retries, max_conflicts and retry_interval must be >= 0 and cache_size >= 1"
+            )
+        redis = _redis_module()
+        redis_url, leftover = _split_url(url)
+        if leftover:
+            names = ", ".join(sorted(leftover))
+            raise ValueError(f"pass {names} to RedisStore.from_url, or as keyword arguments")
+        self.url = _redact(url)
+        self.ttl_seconds = float(ttl_seconds)
+        self.prefix = prefix
+        self.timeout = float(timeout)
+        self.connect_timeout = float(connect_timeout if connect_timeout is not None else timeout)
+        self.retries = retries
+        self.max_conflicts = max_conflicts
+        self.retry_interval = float(retry_interval)
+        self.cache_size = cache_size
+        self._ttl_ms = max(1, round(self.ttl_seconds * 1000))
+        self._key_prefix = f"loopwatch:{prefix}:"
+        self._redis_url = redis_url
+        self._redis = redis
+        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        self._timeouts: tuple[type[BaseException], ...] = (
+            redis.TimeoutError,
+            TimeoutError,
+            asyncio.TimeoutError,
+        )
+        self._async_errors: tuple[type[BaseException], ...] = (*self._errors, asyncio.TimeoutError)
+        self._client: redis_sync.Redis = redis.Redis.from_url(
+            redis_url, **self._client_options(redis)
+        )
+        self._check_options(self._client)
+        self._aclients: dict[
+            asyncio.AbstractEventLoop, tuple[redis_async.Redis, list[asyncio.Lock]]
+        ] = {}
+        self._locks = [threading.Lock() for _ in range(_STRIPES)]
+        self._pid = os.getpid()
+        self._sha: str = hashlib.sha1(CAS_SCRIPT.encode(), usedforsecurity=False).hexdigest()
+        self._cache: OrderedDict[str, _Cached] = OrderedDict()
+        self._lock = threading.Lock()
+        self._down_until = 0.0
+        self._down_cause = ""
+        # Counters for tests and benchmarks (not locked: approximate under threads):
+        # script calls sent, conflicts met.
+        self.round_trips = 0
+        self.conflicts = 0
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisStore:
+        """Build a store from ``redis://``, ``rediss://``, ``redis+unix://``, ``valkey://``...
+
+        loopwatch's options may be given in the query string
+        (``redis://host:6379/0?prefix=myapp&timeout=0.2``) or as keyword arguments,
+        which win; every other query parameter goes to redis-py
+        (``ssl_cert_reqs``, ``db``, ``health_check_interval``...).
+        """
+        _, from_query = _split_url(url)
+        opts: dict[str, Any] = {}
+        for name, text in from_query.items():
+            try:
+                opts[name] = _URL_OPTIONS[name](text)
+            except ValueError as exc:
+                raise ValueError(f"bad {name}={text!r} in {_redact(url)!r}: {exc}") from exc
+        opts.update(options)
+        unknown = sorted(set(opts) - set(_URL_OPTIONS))
+        if unknown:
+            raise TypeError(
+                f"unknown Redis store option(s) {', '.join(unknown)}; "
+                f"known: {', '.join(_URL_OPTIONS)}"
+            )
+        parts = urlsplit(url)
+        kept = [(k, v) for k, v in parse_qsl(parts.query, True) if k not in _URL_OPTIONS]
+        bare = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), ""))
+        return cls(bare, **opts)
+
+    def _client_options(self, redis: Any) -> dict[str, Any]:
+        """redis-py options: bounded waits, and reconnect at once only on dropped links.
+
+        Timeouts are not retried, so a paused or overloaded server costs one
+        ``timeout``, not several.
+        """
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        return {
+            "socket_timeout": self.timeout,
+            "socket_connect_timeout": self.connect_timeout,
+            "retry": Retry(NoBackoff(), self.retries, supported_errors=(redis.ConnectionError,)),
+            "retry_on_timeout": False,
+            "decode_responses": False,
+        }
+
+    def _check_options(self, client: Any) -> None:
+        """Fail now, not at the first step, on a query parameter redis-py does not know."""
+        pool = client.connection_pool
+        try:
+            pool.connection_class(**pool.connection_kwargs)
+        except TypeError as exc:
+            raise ValueError(f"bad option in Redis store URL {self.url!r}: {exc}") from exc
+
+    # -- keys and the local cache ------------------------------------------------------
+    def key(self, run_id: str) -> str:
+        """The Redis key holding a run's state."""
+        return self._key_prefix + run_id
+
+    def _take(self, run_id: str) -> _Cached | None:
+        """Take the run's last known state out of the cache (no copy, no decoding).
+
+        Taken, not read: if the update fails half-way (a Redis error, an exception in
+        ``fn``), the mutated dict is simply dropped and the next update fetches the
+        state from Redis (one extra round trip), so a failed step never leaks into it.
+        """
+        with self._lock:
+            return self._cache.pop(run_id, None)
+
+    def _remember(self, run_id: str, item: _Cached | None) -> None:
+        with self._lock:
+            cache = self._cache
+            if item is None:
+                cache.pop(run_id, None)
+                return
+            cache[run_id] = item
+            cache.move_to_end(run_id)
+            if len(cache) > self.cache_size:
+                cache.popitem(last=False)
+
+    def _decode(self, blob: bytes, run_id: str) -> State:
+        try:
+            state = orjson.loads(blob)
+        except orjson.JSONDecodeError as exc:
+            raise StoreUnavailable(
+                f"Redis store {self.url}: the value at {self.key(run_id)!r} is not a "
+                f"loopwatch state ({exc}); reset the run or let the key expire"
+            ) from exc
+        if not isinstance(state, dict):
+            raise StoreUnavailable(
+                f"Redis store {self.url}: the value at {self.key(run_id)!r} is not a "
+                "loopwatch state; reset the run or let the key expire"
+            )
+        return state
+
+    def _after_fork(self) -> None:
+        """A forked worker gets fresh locks: one held by another thread at fork time
+        would otherwise stay held forever in the child. (redis-py renews its own
+        connections after a fork.)"""
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._locks = [threading.Lock() for _ in range(_STRIPES)]
+        self._aclients = {}
+        self._cache = OrderedDict()
+
+    # -- faults ---------------------------------------------------------------------------
+    def _fail_fast(self) -> None:
+        """Skip Redis while a recent timeout says it is stalled (bounded by retry_interval)."""
+        if os.getpid() != self._pid:
+            self._after_fork()
+        left = self._down_until - time.monotonic()
+        if left > 0:
+            raise StoreUnavailable(
+                f"Redis store {self.url} timed out recently ({self._down_cause}); "
+                f"next try in {left:.2f}s"
+            )
+
+    def _unavailable(self, exc: BaseException, doing: str) -> StoreUnavailable:
+        cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if isinstance(exc, self._timeouts):
+            self._down_cause = cause
+            self._down_until = time.monotonic() + self.retry_interval
+        return StoreUnavailable(f"Redis store {self.url} unavailable while {doing}: {cause}")
+
+    def _busy(self, run_id: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"Redis store {self.url}: waited {self.timeout}s for this process's other "
+            f"updates of run {run_id!r} (is Redis slow?)"
+        )
+
+    def _conflicted(self, run_id: str, attempts: int, spent: float) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"Redis store {self.url}: gave up updating run {run_id!r} after {attempts} "
+            f"attempt(s) in {spent:.3f}s; other workers kept updating it at the same time "
+            f"(raise max_conflicts={self.max_conflicts} or timeout={self.timeout} if "
+            "this is expected)"
+        )
+
+    # -- the compare-and-set loop --------------------------------------------------------
+    def _after_conflict(self, run_id: str, reply: Any) -> _Cached | None:
+        """What the script returned on a conflict: the run's current (version, state)."""
+        self.conflicts += 1
+        version, blob = reply[0], reply[1]
+        return None if version == b"" else (bytes(version), self._decode(blob, run_id))
+
+    def apply(self, run_id: str, fn: Callable[[State], T], factory: Callable[[], State]) -> T:
+        self._fail_fast()
+        start = time.monotonic()
+        # This process's updates of one run take turns, so they never conflict with
+        # each other: only other processes' updates cost a retry.
+        lock = self._locks[hash(run_id) % _STRIPES]
+        if not lock.acquire(timeout=self.timeout):
+            raise self._busy(run_id)
+        try:
+            self._fail_fast()  # the update we waited for may have found Redis stalled
+            key = self.key(run_id)
+            cached = self._take(run_id)
+            for attempt in range(1, self.max_conflicts + 2):
+                expected, state = (b"", factory()) if cached is None else cached
+                result = fn(state)
+                version, blob = os.urandom(8), orjson.dumps(state)
+                try:
+                    reply = self._eval(key, expected, version, blob)
+                except self._errors as exc:
+                    raise self._unavailable(exc, f"updating run {run_id!r}") from exc
+                if reply == 1:
+                    self._remember(run_id, (version, state))
+                    return result
+                cached = self._after_conflict(run_id, reply)
+                spent = time.monotonic() - start
+                if spent >= self.timeout:
+                    raise self._conflicted(run_id, attempt, spent)
+        finally:
+            lock.release()
+        raise self._conflicted(run_id, self.max_conflicts + 1, time.monotonic() - start)
+
+    def _eval(self, key: str, expected: bytes, version: bytes, blob: bytes) -> Any:
+        args = (key, expected, version, blob, self._ttl_ms)
+        self.round_trips += 1
+        try:
+            return self._client.evalsha(self._sha, 1, *args)
+        except self._redis.exceptions.NoScriptError:
+            # A restarted or flushed server lost the script: EVAL sends and caches it.
+            self.round_trips += 1
+            return self._client.eval(CAS_SCRIPT, 1, *args)
+
+    async def aapply(
+        self, run_id: str, fn: Callable[[State], T], factory: Callable[[], State]
+    ) -> T:
+        self._fail_fast()
+        start = time.monotonic()
+        client, locks = self._aclient()
+        lock = locks[hash(run_id) % _STRIPES]
+        try:
+            await asyncio.wait_for(lock.acquire(), self.timeout)
+        except asyncio.TimeoutError:
+            raise self._busy(run_id) from None
+        try:
+            self._fail_fast()
+            key = self.key(run_id)
+            cached = self._take(run_id)
+            for attempt in range(1, self.max_conflicts + 2):
+                expected, state = (b"", factory()) if cached is None else cached
+                result = fn(state)
+                version, blob = os.urandom(8), orjson.dumps(state)
+                left = self.timeout - (time.monotonic() - start)
+                if left <= 0:
+                    raise self._conflicted(run_id, attempt - 1, time.monotonic() - start)
+                try:
+                    reply = await asyncio.wait_for(
+                        self._aeval(client, key, expected, version, blob), left
+                    )
+                except self._async_errors as exc:
+                    raise self._unavailable(exc, f"updating run {run_id!r}") from exc
+                if reply == 1:
+                    self._remember(run_id, (version, state))
+                    return result
+                cached = self._after_conflict(run_id, reply)
+        finally:
+            lock.release()
+        raise self._conflicted(run_id, self.max_conflicts + 1, time.monotonic() - start)
+
+    async def _aeval(
+        self, client: redis_async.Redis, key: str, expected: bytes, version: bytes, blob: bytes
+    ) -> Any:
+        args = (key, expected, version, blob, self._ttl_ms)
+        self.round_trips += 1
+        try:
+            return await client.evalsha(self._sha, 1, *args)
+        except self._redis.exceptions.NoScriptError:
+            self.round_trips += 1
+            return await client.eval(CAS_SCRIPT, 1, *args)
+
+    def _aclient(self) -> tuple[redis_async.Redis, list[asyncio.Lock]]:
+        """The running event loop's asyncio client and run locks (both belong to one loop)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            item = self._aclients.get(loop)
+            if item is None:
+                for old in [lp for lp in self._aclients if lp.is_closed()]:
+                    del self._aclients[old]  # its sockets close when it is collected
+                client = self._redis.asyncio.Redis.from_url(
+                    self._redis_url, **self._client_options(self._redis)
+                )
+                item = (client, [asyncio.Lock() for _ in range(_STRIPES)])
+                self._aclients[loop] = item
+        return item
+
+    # -- inspection and housekeeping -------------------------------------------------------
+    def get(self, run_id: str) -> State | None:
+        self._fail_fast()
+        try:
+            reply: Any = self._client.hmget(self.key(run_id), ["v", "s"])
+        except self._errors as exc:
+            raise self._unavailable(exc, f"reading run {run_id!r}") from exc
+        version, blob = reply
+        if version is None or blob is None:
+            return None
+        return self._decode(blob, run_id)
+
+    def reset(self, run_id: str) -> None:
+        self._fail_fast()
+        self._remember(run_id, None)
+        try:
+            self._client.delete(self.key(run_id))
+        except self._errors as exc:
+            raise self._unavailable(exc, f"resetting run {run_id!r}") from exc
+
+    def __len__(self) -> int:
+        """Live runs under this prefix, counted with SCAN (walks the keyspace: not hot-path)."""
+        self._fail_fast()
+        pattern = self._key_prefix.translate(_GLOB_SPECIAL) + "*"
+        try:
+            return sum(1 for _ in self._client.scan_iter(match=pattern, count=1000))
+        except self._errors as exc:
+            raise self._unavailable(exc, "counting runs") from exc
+
+    def ttl(self, run_id: str) -> float | None:
+        """Seconds until the run's key expires, or None if it does not exist."""
+        try:
+            ms = self._client.pttl(self.key(run_id))
+        except self._errors as exc:
+            raise self._unavailable(exc, f"reading the TTL of run {run_id!r}") from exc
+        return None if ms < 0 else ms / 1000
+
+    def close(self) -> None:
+        """Close the sync connections; async clients are dropped (prefer :meth:`aclose`)."""
+        with self._lock:
+            self._cache.clear()
+            self._aclients.clear()
+        self._client.close()
+
+    async def aclose(self) -> None:
+        """Close the async client of the running loop, then everything else."""
+        with self._lock:
+            item = self._aclients.pop(asyncio.get_running_loop(), None)
+        if item is not None:
+            await item[0].aclose()
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self.url!r}, prefix={self.prefix!r}, ttl_seconds={self.ttl_seconds})"

@@ -1,0 +1,173 @@
+"""A real redis-server for the Redis store's tests, on a free loopback port in a temp dir.
+
+Import the fixtures into a test module to use them (pytest registers fixtures a
+module imports)::
+
+    from redis_server import RedisServer, private_redis_fixture, redis_server_fixture
+
+``redis_server`` is one server for the whole session (tests keep apart by using a
+unique key prefix each); ``private_redis`` is a fresh server for a test that kills,
+pauses or restarts it. There is no fallback to a fake: when redis-server is missing
+the tests fail and say how to install it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+INSTALL = "run `bash scripts/services.d/redis.sh` (installs redis-server with apt-get)"
+START_TIMEOUT = 10.0
+
+
+def redis_server_binary() -> str:
+    """The redis-server executable; fails the test (never skips) when it is missing."""
+    path = shutil.which("redis-server") or shutil.which("valkey-server")
+    if path is None:
+        pytest.fail(f"redis-server is not on PATH: {INSTALL}", pytrace=False)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """One redis-server process without persistence: a restart starts it empty."""
+
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        self.binary = redis_server_binary()
+        self.dir = directory
+        self.port = port or free_port()
+        self.unix_socket = directory / "redis.sock"
+        self.log = directory / "redis.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def unix_url(self) -> str:
+        return f"redis+unix://{self.unix_socket}"
+
+    def start(self) -> None:
+        """Start (or restart, on the same port) and wait until it answers PING."""
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.dir),
+            "--unixsocket", str(self.unix_socket),
+            "--unixsocketperm", "700",
+            "--save", "",
+            "--appendonly", "no",
+            "--logfile", str(self.log),
+            "--daemonize", "no",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, cwd=self.dir)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            if self._pings():
+                return
+            time.sleep(0.02)
+        log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+        self.kill()
+        pytest.fail(f"redis-server did not start on port {self.port}:\n{log}", pytrace=False)
+
+    def _pings(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: the server vanishes mid-run, as in a crash."""
+        self._signal_and_wait(signal.SIGKILL)
+
+    def stop(self) -> None:
+        self._signal_and_wait(signal.SIGTERM)
+
+    def pause(self) -> None:
+        """SIGSTOP: connections stay open but nothing answers, as a stalled server."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def _signal_and_wait(self, sig: signal.Signals) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGCONT)  # a paused server cannot act on SIGTERM
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def raw(self) -> socket.socket:
+        """A plain socket to the server, for tests that must not go through the store."""
+        return socket.create_connection(("127.0.0.1", self.port), timeout=5)
+
+
+_shared: RedisServer | None = None
+
+
+@pytest.fixture(scope="session", name="redis_server")
+def redis_server_fixture() -> Iterator[RedisServer]:
+    """One redis-server for the session, shared by every module that imports this."""
+    global _shared
+    if _shared is None or _shared.proc is None:
+        directory = Path(tempfile.mkdtemp(prefix="loopwatch-redis-"))
+        server = RedisServer(directory)
+        server.start()
+        _shared = server
+    yield _shared
+    # Every importing module gets its own session fixture; the first to finish stops
+    # the server and the later ones find it already stopped.
+    server, _shared = _shared, None
+    if server is not None:
+        server.stop()
+        shutil.rmtree(server.dir, ignore_errors=True)
+
+
+@pytest.fixture(name="private_redis")
+def private_redis_fixture() -> Iterator[RedisServer]:
+    """A redis-server of the test's own, to kill, pause and restart."""
+    directory = Path(tempfile.mkdtemp(prefix="loopwatch-redis-"))
+    server = RedisServer(directory)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(name="prefix")
+def prefix_fixture() -> str:
+    """A key prefix no other test uses, so tests share a server without interfering."""
+    return f"t{os.getpid()}-{uuid.uuid4().hex[:12]}"
