@@ -127,7 +127,9 @@ def normalise_text(text: str) -> str:
     "Paris weather", "weather in paris " and "PARIS WEATHER" all become
     "paris weather".
     """
-    words = [w for w in _WORD.findall(mask_volatile(text).lower()) if w not in _STOPWORDS]
+    if len(text) >= 8:  # no volatile value is shorter
+        text = fold_and_mask(text)
+    words = [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
     words.sort()
     return " ".join(words)
 
