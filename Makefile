@@ -29,10 +29,14 @@ services:
 test: lint services
 	$(BIN)/python -m pytest
 
+# Benchmarks print numbers; none of them is part of `make test`.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_guard.py
 	$(BIN)/python benchmarks/bench_scan.py
 	$(BIN)/python benchmarks/quality.py
+	$(BIN)/python benchmarks/bench_formats.py
+	$(BIN)/python benchmarks/bench_report.py
+	bash scripts/services.d/redis.sh && $(BIN)/python benchmarks/bench_redis.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
