@@ -20,7 +20,15 @@ from test_integration_decorator import RecordingGuard
 from loopwatch import Guard, LoopDetected, scan
 from loopwatch.integrations.openai_agents import LoopwatchAgents, loop_verdict
 
-set_tracing_disabled(True)
+
+@pytest.fixture(autouse=True, scope="module")
+def _tracing_off() -> Any:
+    """No trace export (no network) while these tests run; tracing is process-global,
+    so it is switched back on afterwards for the trace-format tests that use it."""
+    set_tracing_disabled(True)
+    yield
+    set_tracing_disabled(False)
+
 
 MODES = ["sync", "async"]
 FORECAST = "Paris: 18C, cloudy, light wind from the west, no rain expected until Friday."

@@ -335,6 +335,7 @@ def test_openai_agents_run_with_a_scripted_model_is_read_and_stopped() -> None:
         def force_flush(self) -> None: ...
 
     tracing.set_trace_processors([Collector()])
+    tracing.get_trace_provider().set_disabled(False)  # process-global; may be off
     try:
         agent = agents.Agent(name="researcher", tools=[web_search], model=ScriptedModel())
         result = asyncio.run(agents.Runner.run(agent, "weather in paris?", max_turns=20))

@@ -438,6 +438,7 @@ def openai_agents_records(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     tracing.set_trace_processors([Collector()])
     provider = tracing.get_trace_provider()
+    provider.set_disabled(False)  # tracing is process-global: another test may have turned it off
     try:
         for run in runs:
             with tracing.trace(workflow_name=run["run_id"]) as tr:
