@@ -7,11 +7,20 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test lint services bench clean
 
+SEMANTIC_STAMP := $(VENV)/.installed-semantic-stamp
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# The semantic layer's tests need torch: the CPU build 2.13.0 is the one this
+# machine kind has on disk (a bare `torch` would pull a multi-GB CUDA build).
+$(SEMANTIC_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev,semantic]'
+	touch $(SEMANTIC_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/loopwatch demo
@@ -26,7 +35,7 @@ lint: $(STAMP)
 services:
 	bash scripts/ensure_services.sh
 
-test: lint services
+test: lint services $(SEMANTIC_STAMP)
 	$(BIN)/python -m pytest
 
 # Benchmarks print numbers; none of them is part of `make test`.

@@ -327,7 +327,9 @@ def test_state_size_is_bounded_over_a_long_run(redis_server: RedisServer, prefix
             sizes[i + 1] = raw.hstrlen(store.key("long"), "s")
     state = orjson.loads(raw.hget(store.key("long"), "s"))  # type: ignore[arg-type]
     assert state["n"] == 3000
-    assert sizes[3000] <= sizes[300] * 1.25, sizes
+    # Every slot has reached its cap by step 1,000 (the last to fill is spend_velocity's
+    # 256-word vocabulary); from there on the state must not grow.
+    assert sizes[3000] <= sizes[1000] * 1.1, sizes
     assert raw.memory_usage(store.key("long")) < 64 * 1024  # type: ignore[operator]
     raw.close()
 

@@ -395,7 +395,12 @@ def _toml(config: Config) -> str:
         lines.append("")
         lines.append(f"[{name}]")
         for k, v in table.items():
-            lines.append(f"{k} = {_toml_value(v)}")
+            if v is None and not k.startswith("stop"):
+                lines.append(f"# {k}: not set")  # TOML has no null
+            elif v is not None and not isinstance(v, (bool, int, float, str, list, tuple, Mapping)):
+                lines.append(f"# {k}: {type(v).__name__} (set from Python)")
+            else:
+                lines.append(f"{k} = {_toml_value(v)}")
     return "\n".join(lines) + "\n"
 
 

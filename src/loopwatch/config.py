@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from .detectors import (
     Chanting,
+    CostBudget,
     Cycle,
     Detector,
     DetectorSet,
@@ -36,9 +37,14 @@ from .detectors import (
     Frequency,
     IterationCap,
     NoProgress,
+    PingPong,
     Recursion,
     RepeatedCall,
+    Semantic,
+    SpendVelocity,
     Stagnation,
+    TimeBudget,
+    TokenBudget,
 )
 from .policy import ON_LOOP_CHOICES
 
@@ -70,8 +76,14 @@ DETECTORS: Final[dict[str, tuple[Any, bool]]] = {
     "chanting": (Chanting, True),
     "recursion": (Recursion, True),
     "iteration_cap": (IterationCap, True),
+    "spend_velocity": (SpendVelocity, True),
+    "ping_pong": (PingPong, True),
     "frequency": (Frequency, False),
     "name_cycle": (_name_cycle, False),
+    "semantic": (Semantic, False),
+    "token_budget": (TokenBudget, False),
+    "cost_budget": (CostBudget, False),
+    "time_budget": (TimeBudget, False),
 }
 _TOP_KEYS: Final = frozenset(
     {"on_loop", "max_iterations", "store", "max_runs", "ttl_seconds", "on_store_error",
@@ -197,7 +209,7 @@ class Config:
             kwargs = dict(section)
             try:
                 built.append(factory(**kwargs))
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, ImportError) as exc:
                 raise ConfigError(f"[{name}]: {exc}") from exc
         return DetectorSet(tuple(built))
 
@@ -230,16 +242,22 @@ def _defaults(factory: Any) -> dict[str, Any]:
 
 
 def _check_type(where: str, value: Any, default: Any) -> None:
-    """Reject a value of the wrong type now, not at the agent's first step."""
+    """Reject a value of the wrong type now, not at the agent's first step.
+
+    Parameters whose default is None are numbers (a threshold or a limit) unless
+    the caller passes an object (an embedder, a clock), which only Python can do.
+    """
     ok: bool
     if isinstance(default, bool):
         ok = isinstance(value, bool)
         expected = "true or false"
-    elif isinstance(default, int) or (default is None and not isinstance(value, str)):
+    elif isinstance(default, int):
         ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
         expected = "a whole number (0 for never)"
-    elif isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif isinstance(default, float) or default is None:
+        if default is None and not isinstance(value, (str, bool, int, float)):
+            return  # an object passed from Python (embedder=..., clock=...)
+        ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
         expected = "a number"
     elif isinstance(default, str):
         ok = isinstance(value, str)

@@ -46,6 +46,13 @@ class Engine:
 
     def __init__(self, detectors: Iterable[Detector], exempt_tools: Iterable[str] = ()) -> None:
         self.detectors = tuple(detectors)
+        names = [d.name for d in self.detectors]
+        if len(set(names)) != len(names):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(
+                f"two detectors share the name(s) {dupes}; each keeps its state under its "
+                "name, so a run would be counted twice (default_detectors() already has them)"
+            )
         # Tools the user declared exempt (a poller, a clock): their calls and results
         # keep their step index but are invisible to every detector.
         self.exempt_tools = frozenset(exempt_tools)

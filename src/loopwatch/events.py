@@ -31,6 +31,7 @@ __all__ = [
     "canonical_args",
     "fold_and_mask",
     "mask_volatile",
+    "maybe_json",
     "normalise_text",
     "sketch_similarity",
     "text_sketch",
@@ -134,7 +135,7 @@ def normalise_text(text: str) -> str:
     return " ".join(words)
 
 
-def _maybe_json(value: Any) -> Any:
+def maybe_json(value: Any) -> Any:
     """Decode a string that holds a JSON object or array; anything else unchanged."""
     if isinstance(value, str):
         s = value.strip()
@@ -159,7 +160,7 @@ def _sorted_json(value: Any) -> bytes:
 
 def canonical_args(args: Any) -> bytes:
     """Canonical JSON bytes of tool arguments: key order and JSON-string-vs-dict insensitive."""
-    return _sorted_json(_maybe_json(args))
+    return _sorted_json(maybe_json(args))
 
 
 def _normalise_value(value: Any) -> Any:
@@ -340,7 +341,7 @@ class Event:
             exact = self.call_key
             key = _NORM_CACHE.get(exact)
             if key is None:
-                normalised = _normalise_value(_maybe_json(self.args))
+                normalised = _normalise_value(maybe_json(self.args))
                 key = _hexdigest(
                     (self.name or "").encode(_UTF8, _LONE) + b"\x00" + _sorted_json(normalised)
                 )

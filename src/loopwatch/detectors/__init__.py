@@ -8,24 +8,35 @@ from .chanting import Chanting
 from .cycle import Cycle
 from .errors import ErrorLoop
 from .frequency import Frequency
+from .handoff import PingPong
 from .progress import NoProgress
 from .recursion import Recursion
 from .repeat import RepeatedCall
+from .semantic import Embedder, Semantic, SemanticUnavailable
+from .spend import CostBudget, SpendVelocity, TimeBudget, TokenBudget
 from .stagnation import Stagnation
 
 __all__ = [
     "Chanting",
     "Context",
+    "CostBudget",
     "Cycle",
     "Detector",
     "DetectorSet",
+    "Embedder",
     "ErrorLoop",
     "Frequency",
     "IterationCap",
     "NoProgress",
+    "PingPong",
     "Recursion",
     "RepeatedCall",
+    "Semantic",
+    "SemanticUnavailable",
+    "SpendVelocity",
     "Stagnation",
+    "TimeBudget",
+    "TokenBudget",
     "default_detectors",
 ]
 
@@ -33,15 +44,9 @@ __all__ = [
 def default_detectors() -> DetectorSet:
     """The default set: every detector with its measured default thresholds.
 
-    Frequency and the name-level cycle are left out (see their docstrings).
+    Frequency, the name-level cycle, the semantic layer and the hard budgets are
+    left out (see their docstrings); this is what ``Config().detectors()`` builds.
     """
-    return (
-        RepeatedCall()
-        | Cycle()
-        | ErrorLoop()
-        | NoProgress()
-        | Stagnation()
-        | Chanting()
-        | Recursion()
-        | IterationCap()
-    )
+    from ..config import Config
+
+    return Config().detectors()

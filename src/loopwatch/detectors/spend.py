@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from ..events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER
 from ..findings import Finding, Severity
-from .base import C_NOVEL, Context, Detector, severity_for, trim
+from .base import C_NOVEL, Context, Detector, trim
 
 __all__ = [
     "CostBudget",
@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 _SEEN_MAX: Final = 64  # result / input fingerprints remembered per detector
-_VOCAB_MAX: Final = 512  # recent output words remembered per run
+_VOCAB_MAX: Final = 256  # recent output words remembered per run
 _STEPS_MAX: Final = 10
 _WORD = re.compile(r"[^\W_]{3,}")
 # Only the start of an output is read for new words: bounds cost and state.
@@ -53,7 +53,7 @@ def note_novelty(slot: dict[str, Any], ctx: Context) -> bool:
     kind = ev.kind
     if kind == TOOL_CALL:
         new = bool(ctx.call[C_NOVEL]) if ctx.call else True
-    elif kind == TOOL_RESULT or kind == USER:
+    elif kind in (TOOL_RESULT, USER):
         key = ev.result_key if kind == TOOL_RESULT else "u" + ev.text_key
         seen: dict[str, int] = slot.setdefault("seen", {})
         new = key not in seen
@@ -85,7 +85,7 @@ class SpendVelocity(Detector):
     previous spending step, the run made a call not in its recent window, got a
     tool result or user input it had not seen, or when the step's own output adds
     enough new words (at least ``min_new_words`` and ``min_output_novelty`` of its
-    distinct words not among the run's last 512 output words). Like Fuze's
+    distinct words not among the run's last 256 output words). Like Fuze's
     ``progress_window``: a streak of ``warn_after`` quiet spending steps warns and
     ``stop_after`` stops, provided the streak spent at least ``min_tokens`` tokens
     or ``min_cost`` (the ``cost_velocity_window`` idea: spend, not just turns).
@@ -96,12 +96,11 @@ class SpendVelocity(Detector):
     expensive a single turn is (see :class:`TokenBudget` / :class:`CostBudget`).
 
     Defaults, measured on the corpus' mini_swe_agent runs (the only ones with spend;
-    one bash call per turn, step limit 250): the longest quiet streak in any of the
-    177 resolved runs is 2 spending steps, and in the 63 unresolved runs 6; the
-    conformance-style loops in tests/data/semantic_scenarios.jsonl reach 4 quiet
-    steps by step 13. ``warn_after`` 4 and ``stop_after`` 8 therefore warn on a
-    loop within a few turns and leave a margin of 4x over the longest quiet streak
-    of a solved run before stopping.
+    one bash call per turn, step limit 250): the longest quiet streak is 4 spending
+    steps in the 177 resolved runs (one run; 168 have at most 2) and 2 in the 63
+    unresolved ones; the spend loop in tests/data/semantic_scenarios.jsonl has 5
+    quiet steps by step 24. ``warn_after`` 5 therefore warns on no solved run and
+    ``stop_after`` 8 leaves twice the longest solved streak before stopping.
     """
 
     name = "spend_velocity"
@@ -109,7 +108,7 @@ class SpendVelocity(Detector):
 
     def __init__(
         self,
-        warn_after: int = 4,
+        warn_after: int = 5,
         stop_after: int | None = 8,
         min_tokens: float = 0.0,
         min_cost: float = 0.0,
@@ -317,7 +316,7 @@ class TimeBudget(_Cap):
 
     Time comes from the events' ``ts`` (or ``timestamp`` / ``time``) field when they
     carry one (seconds since the epoch or ISO-8601), so a scan of a recorded trace
-    measures the run's real duration; otherwise from ``clock`` (``time.time``, wall
+    measures the run's real duration; otherwise from ``clock`` (default ``time.time``, wall
     clock so that workers sharing a store agree) when the event is observed, which
     only means something for a live guard: a scan without timestamps runs in
     milliseconds and never reaches the cap. Off by default.
@@ -330,12 +329,13 @@ class TimeBudget(_Cap):
         self,
         max_seconds: float | None = None,
         warn_ratio: float = 0.8,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         super().__init__(max_seconds, warn_ratio, "max_seconds")
         self.max_seconds = max_seconds
         self.warn_ratio = warn_ratio
-        self._clock = clock
+        # None, not time.time, as the default: `loopwatch config` prints the defaults
+        self._clock = clock if clock is not None else time.time
 
     def _amount(self, ctx: Context, st: dict[str, Any]) -> float | None:
         now = _event_time(ctx.event.extra)
