@@ -136,10 +136,11 @@ def normalise_text(text: str) -> str:
 
 
 def maybe_json(value: Any) -> Any:
-    """Decode a string that holds a JSON object or array; anything else unchanged."""
+    """Decode a string that holds a JSON object or array (agents and trace exports
+    often stringify arguments); anything else unchanged."""
     if isinstance(value, str):
         s = value.strip()
-        if s[:1] in ("{", "["):
+        if s[:1] in ("{", "[") and s[-1:] in ("}", "]"):
             try:
                 return orjson.loads(s)
             except orjson.JSONDecodeError:

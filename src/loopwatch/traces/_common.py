@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
+from ..events import maybe_json
 from .base import InputError, TraceRun
 
 __all__ = [
@@ -101,18 +102,6 @@ class GroupingReader(Reader, Generic[G_co]):
 
 
 # -- values ------------------------------------------------------------------------------
-def maybe_json(value: Any) -> Any:
-    """Decode a string holding a JSON object or array (exports often stringify them)."""
-    if isinstance(value, str):
-        s = value.strip()
-        if s[:1] in ("{", "[") and s[-1:] in ("}", "]"):
-            try:
-                return orjson.loads(s)
-            except orjson.JSONDecodeError:
-                return value
-    return value
-
-
 def as_text(value: Any) -> str:
     """A value as event text: strings unchanged, ``None`` empty, anything else as JSON."""
     if value is None:
