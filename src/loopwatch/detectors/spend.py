@@ -13,7 +13,7 @@ Measured on /work/shared/corpus (only mini_swe_agent carries tokens and cost;
 
 from __future__ import annotations
 
-import re
+import itertools
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -34,9 +34,9 @@ __all__ = [
 _SEEN_MAX: Final = 64  # result / input fingerprints remembered per detector
 _VOCAB_MAX: Final = 256  # recent output words remembered per run
 _STEPS_MAX: Final = 10
-_WORD = re.compile(r"[^\W_]{3,}")
 # Only the start of an output is read for new words: bounds cost and state.
-_OUTPUT_CHARS: Final = 2000
+_OUTPUT_CHARS: Final = 1000
+_PUNCTUATION = str.maketrans({c: " " for c in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"})
 
 
 def note_novelty(slot: dict[str, Any], ctx: Context) -> bool:
@@ -127,25 +127,34 @@ class SpendVelocity(Detector):
         self.min_new_words = min_new_words
 
     def _output_is_new(self, st: dict[str, Any], text: str) -> bool:
-        words = dict.fromkeys(_WORD.findall(text[:_OUTPUT_CHARS].lower()), 1)
+        # str methods, not a regex: this runs on every model turn of a run with spend.
+        words = {
+            w for w in text[:_OUTPUT_CHARS].lower().translate(_PUNCTUATION).split() if len(w) > 2
+        }
         if not words:
             return False
         vocab: dict[str, int] = st.setdefault("vocab", {})
         fresh = [w for w in words if w not in vocab]
-        for w in words:
-            vocab.pop(w, None)
+        # First in, first out: a word seen long ago may count as new again (lenient).
+        for w in fresh:
             vocab[w] = 1
         excess = len(vocab) - _VOCAB_MAX
         if excess > 0:
-            for w in list(vocab)[:excess]:
+            for w in list(itertools.islice(vocab, excess)):
                 del vocab[w]
         return len(fresh) >= self.min_new_words and len(fresh) >= self.min_output_novelty * len(
             words
         )
 
     def observe(self, ctx: Context) -> Finding | None:
-        st: dict[str, Any] = self.my_state(ctx)
         ev = ctx.event
+        st: dict[str, Any] | None = ctx.state.get(self.name)
+        if st is None:
+            # Nothing to measure until the run records spend; most events of most
+            # runs stop here, before any novelty bookkeeping (hot path).
+            if not (ev.tokens > 0 or ev.cost > 0):
+                return None
+            st = self.my_state(ctx)
         if note_novelty(st, ctx):
             st["fresh"] = True
         own_news = ev.kind == MODEL and self._output_is_new(st, ev.text)
