@@ -128,13 +128,12 @@ class SpendVelocity(Detector):
 
     def _output_is_new(self, st: dict[str, Any], text: str) -> bool:
         # str methods, not a regex: this runs on every model turn of a run with spend.
-        words = {
-            w for w in text[:_OUTPUT_CHARS].lower().translate(_PUNCTUATION).split() if len(w) > 2
-        }
+        # Short words are common, so they sit in the vocabulary and never count as new.
+        words = set(text[:_OUTPUT_CHARS].lower().translate(_PUNCTUATION).split())
         if not words:
             return False
         vocab: dict[str, int] = st.setdefault("vocab", {})
-        fresh = [w for w in words if w not in vocab]
+        fresh = words - vocab.keys()  # a C-level set difference
         # First in, first out: a word seen long ago may count as new again (lenient).
         for w in fresh:
             vocab[w] = 1
