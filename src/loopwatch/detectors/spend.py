@@ -35,7 +35,7 @@ _SEEN_MAX: Final = 64  # result / input fingerprints remembered per detector
 _VOCAB_MAX: Final = 256  # recent output words remembered per run
 _STEPS_MAX: Final = 10
 # Only the start of an output is read for new words: bounds cost and state.
-_OUTPUT_CHARS: Final = 1000
+_OUTPUT_CHARS: Final = 400
 _PUNCTUATION = str.maketrans({c: " " for c in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"})
 
 
