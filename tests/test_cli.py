@@ -93,6 +93,12 @@ def test_unreadable_input_and_usage_errors_exit_2(
 ) -> None:
     assert main(["scan", "--json", str(tmp_path / "missing.jsonl")]) == 2
     assert "missing.jsonl" in capsys.readouterr().err
+    # one unreadable file among readable ones: the others are scanned, exit is still 2
+    good = tmp_path / "good.jsonl"
+    write_runs(good, load_scenarios()[:2])
+    assert main(["scan", "--json", str(tmp_path / "missing.jsonl"), str(good)]) == 2
+    captured = capsys.readouterr()
+    assert len(json_lines(captured.out)) == 2 and "missing.jsonl" in captured.err
     with pytest.raises(SystemExit) as exc:
         main(["scan", "--fail-on", "sometimes", "x"])
     assert exc.value.code == 2

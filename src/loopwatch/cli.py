@@ -234,6 +234,7 @@ def _cmd_scan(args: argparse.Namespace, config: Config) -> int:
     show_progress = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
     out = sys.stdout
     had_error = False
+    unreadable = False
     failed = False
     rank = {"ok": 0, "warn": 1, "stop": 2}
     fail_rank = rank[args.fail_on] if args.fail_on else 99
@@ -243,6 +244,7 @@ def _cmd_scan(args: argparse.Namespace, config: Config) -> int:
         for item in scan_stream(read_runs(args.paths, fmt), config, jobs):
             if isinstance(item, InputError):
                 had_error = True
+                unreadable = unreadable or item.line is None  # a whole file, not a line
                 progress.print_error(str(item))
                 continue
             assert isinstance(item, Report)
@@ -256,9 +258,9 @@ def _cmd_scan(args: argparse.Namespace, config: Config) -> int:
                 table.add(item)
     if table is not None:
         table.render()
-    if had_error and table is not None and table.count == 0:
-        return 2
-    if had_error and args.json and progress.runs == 0:
+    # FORMAT.md: 2 for unreadable input (a file that cannot be opened or read, or
+    # nothing readable at all); malformed lines are reported and the scan goes on.
+    if unreadable or (had_error and progress.runs == 0):
         return 2
     return 1 if failed else 0
 
