@@ -215,3 +215,23 @@ def test_reset_and_state_follow_the_store_error_policy() -> None:
     with pytest.raises(StoreUnavailable):
         strict.reset("r")
     asyncio.run(allow.aclose())
+
+
+def test_a_detector_bug_does_not_take_the_agent_down(caplog: pytest.LogCaptureFixture) -> None:
+    from loopwatch import Detector, RepeatedCall, scan
+
+    class Broken(Detector):
+        name = "broken"
+        kinds = frozenset({"tool_call"})
+
+        def observe(self, ctx: Any) -> None:
+            raise ZeroDivisionError("oops")
+
+    guard = Guard(Config(), detectors=[RepeatedCall(), Broken()])
+    with caplog.at_level(logging.ERROR, logger="loopwatch"):
+        verdicts = [guard.observe("r", SEARCH) for _ in range(3)]
+    assert all(v.ok and v.extra.get("error") for v in verdicts)
+    assert sum("internal error" in r.getMessage() for r in caplog.records) == 1
+    assert asyncio.run(guard.aobserve("r", SEARCH)).ok
+    with pytest.raises(ZeroDivisionError):  # offline, the bug is not hidden
+        scan({"run_id": "r", "events": [SEARCH]}, Config(), detectors=[Broken()])

@@ -72,25 +72,30 @@ class Guard:
         self.on_store_error = cfg.on_store_error
         self._outage = False
         self._outage_lock = threading.Lock()
+        self._errors_logged: set[str] = set()
 
     # -- the hot path -----------------------------------------------------------------
     def observe(self, run_id: str, event: Event | Mapping[str, Any]) -> Verdict:
         """Observe one event of a run and return what the agent loop should do."""
-        ev = event if isinstance(event, Event) else Event.from_dict(event)
         try:
+            ev = event if isinstance(event, Event) else Event.from_dict(event)
             verdict = self.store.apply(run_id, self._stepper(ev), new_state)
         except StoreUnavailable as exc:
             return self._store_failed(exc)
+        except Exception as exc:  # a loopwatch bug: see _internal_error
+            return self._internal_error(exc)
         self._recovered()
         return verdict
 
     async def aobserve(self, run_id: str, event: Event | Mapping[str, Any]) -> Verdict:
         """Async :meth:`observe` (uses the store's async path)."""
-        ev = event if isinstance(event, Event) else Event.from_dict(event)
         try:
+            ev = event if isinstance(event, Event) else Event.from_dict(event)
             verdict = await self.store.aapply(run_id, self._stepper(ev), new_state)
         except StoreUnavailable as exc:
             return self._store_failed(exc)
+        except Exception as exc:  # a loopwatch bug: see _internal_error
+            return self._internal_error(exc)
         self._recovered()
         return verdict
 
@@ -120,6 +125,21 @@ class Guard:
             -1,
             message=f"[loopwatch] state store unavailable: {exc}",
             state_available=False,
+        )
+
+    def _internal_error(self, exc: Exception) -> Verdict:
+        """A bug in loopwatch (or a detector of the user's) must not take the agent
+        down: log it with its traceback, once per kind of error, and let the step
+        through. The offline scan does not do this, so tests still see the error."""
+        key = f"{type(exc).__name__}: {exc}"[:200]
+        with self._outage_lock:
+            first = key not in self._errors_logged
+            if first and len(self._errors_logged) < 100:
+                self._errors_logged.add(key)
+        if first:
+            log.error("loopwatch: internal error, step let through: %s", key, exc_info=exc)
+        return Verdict(
+            Action.OK, -1, message=f"[loopwatch] internal error: {key}", extra={"error": key}
         )
 
     def _recovered(self) -> None:
