@@ -24,7 +24,7 @@ from .detectors.base import (
     Detector,
     preview,
 )
-from .events import KINDS, TOOL_CALL, TOOL_RESULT, Event
+from .events import KINDS, TOOL_CALL, TOOL_RESULT, USER, Event
 from .findings import Finding, Severity
 
 __all__ = ["CALL_WINDOW", "Engine", "new_state"]
@@ -36,9 +36,21 @@ _PENDING_MAX: Final = 64
 _WARNED_MAX: Final = 256
 
 
+_RESULTS_SEEN_MAX: Final = 64  # result / user-input fingerprints remembered per run
+
+
 def new_state() -> dict[str, Any]:
     """A fresh, empty run state."""
-    return {"n": 0, "calls": [], "seen": {}, "pending": {}, "epoch": 0, "ncalls": 0, "warned": {}}
+    return {
+        "n": 0,
+        "calls": [],
+        "seen": {},
+        "rseen": {},
+        "pending": {},
+        "epoch": 0,
+        "ncalls": 0,
+        "warned": {},
+    }
 
 
 class Engine:
@@ -89,7 +101,14 @@ class Engine:
         detectors = self._by_kind.get(kind)
         if not detectors:
             return []
-        ctx = Context(step, event, state, call)
+        if kind == TOOL_CALL:
+            novel = bool(call[C_NOVEL]) if call is not None else True
+        elif kind in (TOOL_RESULT, USER):
+            key = event.result_key if kind == TOOL_RESULT else "u" + event.text_key
+            novel = _note_seen(state, key)
+        else:
+            novel = False
+        ctx = Context(step, event, state, call, novel)
         findings: list[Finding] = []
         for det in detectors:
             found = det.observe(ctx)
@@ -132,6 +151,20 @@ def _record_call(state: dict[str, Any], event: Event, step: int) -> list[Any]:
         if len(pending) > _PENDING_MAX:
             del pending[next(iter(pending))]
     return rec
+
+
+def _note_seen(state: dict[str, Any], key: str) -> bool:
+    """Record a result or input fingerprint; True if it was not among the recent ones.
+
+    Shared by every detector that asks "was this new?", so the question is answered
+    once per event and the run keeps one bounded set of fingerprints, not one each.
+    """
+    seen: dict[str, int] = state["rseen"]
+    new = seen.pop(key, None) is None
+    seen[key] = state["n"]
+    if len(seen) > _RESULTS_SEEN_MAX:
+        del seen[next(iter(seen))]
+    return new
 
 
 def _args_preview(event: Event) -> str:

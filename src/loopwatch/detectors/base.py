@@ -46,15 +46,23 @@ C_ARGS: Final = 7  # short preview of the arguments, for messages
 class Context:
     """One event in its run: the event, its index, the run state, and its call record."""
 
-    __slots__ = ("call", "event", "state", "step")
+    __slots__ = ("call", "event", "novel", "state", "step")
 
     def __init__(
-        self, step: int, event: Event, state: dict[str, Any], call: list[Any] | None
+        self,
+        step: int,
+        event: Event,
+        state: dict[str, Any],
+        call: list[Any] | None,
+        novel: bool = False,
     ) -> None:
         self.step = step
         self.event = event
         self.state = state
         self.call = call
+        # Does this event bring something new? A call not in the window, a result or
+        # user input not among the run's last 64; always False for other kinds.
+        self.novel = novel
 
     @property
     def epoch(self) -> int:

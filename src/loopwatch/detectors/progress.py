@@ -9,7 +9,6 @@ from ..events import TOOL_RESULT
 from ..findings import Finding
 from .base import C_NAME, C_NOVEL, Context, Detector, severity_for, trim
 
-_SEEN_MAX = 64  # result keys remembered per run
 _STEPS_MAX = 10
 # A result with less content than this (markup and spacing removed) is an
 # acknowledgement: "ok", "[]", "File written.", or mini-swe-agent's
@@ -53,21 +52,15 @@ class NoProgress(Detector):
 
     def observe(self, ctx: Context) -> Finding | None:
         st: dict[str, Any] = self.my_state(ctx)
-        seen: dict[str, int] = st.setdefault("seen", {})
         ev = ctx.event
-        key = ev.result_key
         novel_call = bool(ctx.call[C_NOVEL]) if ctx.call else True
-        repeated = key in seen
+        repeated = not ctx.novel  # the engine's answer: seen among the last 64 results
         if ev.error:
             stale = repeated
         elif novel_call:
             stale = repeated and not contentless(ev.text)
         else:
             stale = repeated or not ev.text.strip()
-        seen.pop(key, None)
-        seen[key] = ctx.step
-        if len(seen) > _SEEN_MAX:
-            del seen[next(iter(seen))]
         if not stale:
             st["count"] = 0
             st["steps"] = []

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
-from ..events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER
+from ..events import KINDS, MODEL
 from ..findings import Finding, Severity
-from .base import C_NOVEL, Context, Detector, trim
+from .base import Context, Detector, trim
 
 __all__ = [
     "CostBudget",
@@ -31,7 +31,6 @@ __all__ = [
     "note_novelty",
 ]
 
-_SEEN_MAX: Final = 64  # result / input fingerprints remembered per detector
 _VOCAB_MAX: Final = 256  # recent output words remembered per run
 _STEPS_MAX: Final = 10
 # Only the start of an output is read for new words: bounds cost and state.
@@ -42,30 +41,15 @@ _PUNCTUATION = str.maketrans({c: " " for c in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}
 def note_novelty(slot: dict[str, Any], ctx: Context) -> bool:
     """Record whether this event brings new information; return True if it does.
 
-    New information is a tool call whose normalised key is not in the engine's
-    call window, a tool result whose fingerprint (volatile values masked) was not
-    among the last ``_SEEN_MAX`` results or inputs, or user input not seen
-    recently. Each new piece bumps ``slot["mark"]``, so a detector can tell
-    "nothing new happened since X" by comparing marks. The slot is the caller's
-    own per-run state dict (bounded, JSON-compatible).
+    The engine answers "is it new?" once per event (:attr:`Context.novel`: a call not
+    in the window, a result or user input not among the run's recent ones); each new
+    piece bumps ``slot["mark"]``, so a detector can tell "nothing new happened since
+    X" by comparing marks. The slot is the caller's own per-run state dict.
     """
-    ev = ctx.event
-    kind = ev.kind
-    if kind == TOOL_CALL:
-        new = bool(ctx.call[C_NOVEL]) if ctx.call else True
-    elif kind in (TOOL_RESULT, USER):
-        key = ev.result_key if kind == TOOL_RESULT else "u" + ev.text_key
-        seen: dict[str, int] = slot.setdefault("seen", {})
-        new = key not in seen
-        seen.pop(key, None)
-        seen[key] = ctx.step
-        if len(seen) > _SEEN_MAX:
-            del seen[next(iter(seen))]
-    else:
-        new = False
-    if new:
+    if ctx.novel:
         slot["mark"] = slot.get("mark", 0) + 1
-    return new
+        return True
+    return False
 
 
 def _fmt_spend(tokens: float, cost: float) -> str:
