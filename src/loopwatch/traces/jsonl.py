@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from .base import InputError, TraceRun, open_text
+from .base import InputError, TraceRun
 
 __all__ = ["parse_run", "read_jsonl", "read_jsonl_lines"]
 
@@ -43,11 +43,8 @@ def read_jsonl_lines(lines: Iterable[str], path: str) -> Iterator[TraceRun | Inp
 
 
 def read_jsonl(path: str) -> Iterator[TraceRun | InputError]:
-    """Stream native runs from a file (``-`` for stdin, ``.gz`` transparently)."""
-    try:
-        fh = open_text(path)
-    except OSError as exc:
-        yield InputError(path, None, f"cannot open: {exc.strerror or exc}")
-        return
-    with fh:
-        yield from read_jsonl_lines(fh, path)
+    """Stream native runs from a file (``-`` for stdin, ``.gz`` transparently); the
+    same as ``read_runs(path, format="jsonl")``."""
+    from .sniff import read_path  # sniff imports this module
+
+    yield from read_path(path, "jsonl")
