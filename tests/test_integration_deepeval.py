@@ -17,7 +17,11 @@ os.environ.setdefault("DEEPEVAL_TELEMETRY_OPT_OUT", "1")
 import pytest
 from deepeval.dataset import EvaluationDataset, Golden
 from deepeval.evaluate.configs import AsyncConfig, DisplayConfig
-from deepeval.metrics import AgentLoopDetectionMetric
+
+try:  # deepeval >= 4 ships its own loop metric; 3.x does not
+    from deepeval.metrics import AgentLoopDetectionMetric
+except ImportError:  # pragma: no cover - depends on the installed deepeval
+    AgentLoopDetectionMetric = None
 from deepeval.test_case import LLMTestCase
 from deepeval.tracing import observe
 from deepeval.tracing.context import current_span_context
@@ -85,6 +89,8 @@ def test_six_identical_calls_fail_at_the_default_threshold() -> None:
     assert metric.score_breakdown["recursion"] == 1.0
     assert metric.report is not None and metric.report.first_stop is not None
     # deepeval's own metric lets the same trace pass: the reason this metric exists
+    if AgentLoopDetectionMetric is None:
+        pytest.skip("this deepeval (3.x) has no AgentLoopDetectionMetric to compare with")
     theirs = AgentLoopDetectionMetric(async_mode=False)
     theirs.measure(case(trace))
     assert theirs.success is True

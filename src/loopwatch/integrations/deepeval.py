@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from deepeval.metrics import BaseMetric
-from deepeval.metrics.utils.verbose import construct_verbose_logs
+from deepeval.metrics.utils import construct_verbose_logs  # both 3.x and 4.x export it here
 from deepeval.test_case import LLMTestCase
 
 from ..config import Config
