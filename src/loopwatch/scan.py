@@ -89,8 +89,6 @@ class _Metrics:
         self.prev_key: str | None = None
         self.degenerate = False
         self.last_was_final = False
-        self.run = 0
-        self.last_text = ""
 
     def add(self, ev: Event) -> None:
         if ev.kind == MODEL:

@@ -26,7 +26,7 @@ class IterationCap(Detector):
         cap = self.max_iterations
         if cap is None:
             return None
-        st = ctx.state
+        st: dict[str, int] = self.my_state(ctx)
         turns = st["turns"] = st.get("turns", 0) + 1
         warn_at = max(1, int(cap * self.warn_ratio))
         if turns > cap:

@@ -111,7 +111,12 @@ class RepeatedCall(Detector):
             entry = st.get(norm)
             if entry is not None:
                 result = rec[C_RESULT]
-                sketch = text_sketch(ctx.event.text) if entry[0] >= 2 else None
+                if result == entry[2] and entry[6] is not None:
+                    sketch = entry[6]  # the same text: its sketch is already known
+                elif entry[0] >= 2:
+                    sketch = text_sketch(ctx.event.text)
+                else:
+                    sketch = None
                 if entry[2] is not None and result != entry[2] and not _near(entry[6], sketch):
                     entry[0] = 1  # new information: this call starts a new streak
                     entry[3] = [rec[0]]
