@@ -11,8 +11,12 @@ Defaults to every ``*.jsonl`` in ``../shared/corpus`` and the scenario file in
 * ``labels.loop``: true (a loop), false (explicitly not), null (unlabelled);
 * task outcome in ``meta``: ``resolved`` true, ``reward`` == 1, ``task_solved`` true
   mark a run whose task was solved (stopping it would have been wrong);
-* ``meta.mistake_event_i`` or ``meta.loop_step``: the labelled step, if any, to
-  report how many events after it the stop came.
+* ``labels.first_step`` (else ``meta.loop_step`` / ``meta.mistake_event_i``): the
+  event where a person reading the run calls it a loop, to report lateness: first
+  stop minus that step (median and 90th percentile; negative = before it).
+
+``--runs`` prints one line per labelled loop (first warn, first stop, labelled
+step, stopping detector) to read the misses.
 
 Prints one table per file and a total; nothing is asserted.
 """
@@ -32,6 +36,24 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from loopwatch import Config, Scanner  # noqa: E402
 from loopwatch.traces import InputError, read_runs  # noqa: E402
+
+
+def labelled_step(run: dict[str, Any]) -> int | None:
+    """The event index where a person calls the run a loop, if the corpus says."""
+    labels = run.get("labels") or {}
+    meta = run.get("meta") or {}
+    for value in (labels.get("first_step"), meta.get("loop_step"), meta.get("mistake_event_i")):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def percentile(values: list[int], q: float) -> int | str:
+    """The q-quantile (nearest rank) of a list, or '-' when it is empty."""
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def solved(meta: dict[str, Any]) -> bool | None:
@@ -85,7 +107,7 @@ class Tally:
             self.loops_flagged += flagged
             if not stopped:
                 self.missed_loop_ids.append(run["run_id"])
-            at = meta.get("loop_step", meta.get("mistake_event_i"))
+            at = labelled_step(run)
             if stopped and isinstance(at, int):
                 self.delays.append(report.first_stop - at)
         elif label is False:
@@ -116,7 +138,6 @@ class Tally:
         def rate(n: int, d: int) -> str:
             return f"{n}/{d} ({100 * n / d:.0f}%)" if d else "-"
 
-        delays = sorted(self.delays)
         return {
             "runs": self.runs,
             "events": self.events,
@@ -128,9 +149,8 @@ class Tally:
             "warns on solved runs": rate(self.solved_warns, self.solved),
             "stops, unlabelled": rate(self.unlabelled_stops, self.unlabelled),
             "warns, unlabelled": rate(self.unlabelled_warns, self.unlabelled),
-            "stop delay after labelled step (median)": (
-                delays[len(delays) // 2] if delays else "-"
-            ),
+            "stop lateness vs labelled step (median)": percentile(self.delays, 0.5),
+            "stop lateness vs labelled step (p90)": percentile(self.delays, 0.9),
             "stopping detector": ", ".join(
                 f"{k} {v}" for k, v in sorted(self.detectors.items(), key=lambda x: -x[1])
             )
@@ -161,9 +181,14 @@ def scenario_check(path: Path, scanner: Scanner) -> tuple[int, int, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("corpus", nargs="*", help="native JSONL corpus files")
-    parser.add_argument("--scenarios", default=str(ROOT / "tests" / "data" / "conformance.jsonl"))
+    parser.add_argument(
+        "--scenarios",
+        nargs="*",
+        default=[str(ROOT / "tests" / "data" / n) for n in ("conformance.jsonl", "intent.jsonl")],
+    )
     parser.add_argument("--config", help="a loopwatch.toml to evaluate instead of the defaults")
     parser.add_argument("--json", action="store_true", help="print the totals as JSON")
+    parser.add_argument("--runs", action="store_true", help="one line per labelled loop")
     parser.add_argument(
         "--show-solved-stops", action="store_true", help="list solved runs that were stopped"
     )
@@ -183,18 +208,30 @@ def main(argv: list[str] | None = None) -> int:
                 print(item, file=sys.stderr)
                 continue
             run = item.to_dict()
-            tally.add(run, scanner.scan(run))
+            report = scanner.scan(run)
+            tally.add(run, report)
+            if args.runs and (run.get("labels") or {}).get("loop") is not None:
+                top = report.top_finding
+                print(
+                    f"{'LOOP' if run['labels']['loop'] else 'not '} {run['run_id']}: "
+                    f"events={len(run['events'])} labelled={labelled_step(run)} "
+                    f"warn={report.first_warn} stop={report.first_stop} "
+                    f"by={top.detector if top else '-'}"
+                )
         rows[path.name] = tally.row()
         total.merge(tally)
         if args.show_solved_stops and tally.solved_stop_ids:
             print(f"{path.name}: solved runs stopped: {', '.join(tally.solved_stop_ids)}")
     rows["TOTAL"] = total.row()
 
-    if Path(args.scenarios).is_file():
-        ok, n, failures = scenario_check(Path(args.scenarios), scanner)
-        scen = f"{ok}/{n} scenarios meet their expectation"
-    else:
-        scen, failures = "no scenario file", []
+    ok = n = 0
+    failures: list[str] = []
+    for scenario_file in args.scenarios:
+        if Path(scenario_file).is_file():
+            f_ok, f_n, f_failures = scenario_check(Path(scenario_file), scanner)
+            ok, n = ok + f_ok, n + f_n
+            failures += f_failures
+    scen = f"{ok}/{n} scenarios meet their expectation" if n else "no scenario file"
 
     if args.json:
         print(json.dumps({"files": rows, "scenarios": scen, "failures": failures}, indent=2))
