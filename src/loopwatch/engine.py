@@ -24,7 +24,7 @@ from .detectors.base import (
     Detector,
     preview,
 )
-from .events import KINDS, TOOL_CALL, TOOL_RESULT, USER, Event
+from .events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER, Event
 from .findings import Finding, Severity
 
 __all__ = ["CALL_WINDOW", "Engine", "new_state"]
@@ -50,6 +50,8 @@ def new_state() -> dict[str, Any]:
         "epoch": 0,
         "ncalls": 0,
         "warned": {},
+        "turn": 0,
+        "talks": False,
     }
 
 
@@ -84,6 +86,14 @@ class Engine:
         state["n"] = step + 1
         kind = event.kind
         call = None
+        if kind == MODEL:
+            # One model turn may issue several calls at once (a parallel batch): they
+            # are one decision, so detectors count them as one attempt. In a trace
+            # with no model events at all, every call is its own turn.
+            state["turn"] += 1
+            state["talks"] = True
+        elif kind == TOOL_CALL and not state["talks"]:
+            state["turn"] += 1
         if kind == TOOL_CALL:
             if self.exempt_tools and event.name in self.exempt_tools:
                 if event.id is not None:

@@ -33,6 +33,8 @@ __all__ = [
     "mask_volatile",
     "maybe_json",
     "normalise_text",
+    "outcome_signature",
+    "shell_command",
     "sketch_similarity",
     "text_sketch",
 ]
@@ -135,6 +137,81 @@ def normalise_text(text: str) -> str:
     return " ".join(words)
 
 
+# What a result says, with what changes between two runs of the same command
+# masked. Everywhere: timings ("0.41s", "took 31 ms") and letter-digit tokens of 5+
+# characters (temp paths, hashes, ids). In errors also decimals and numbers of 3+
+# digits (pids, ports, line numbers, addresses): in a failure they are incidental,
+# while in a successful output they can be the progress itself (rows processed, a
+# loss going down), so they stay there. Small integers always stay: "1 failed, 4
+# passed" and "3 failed, 9 passed" are different outcomes.
+_OUTCOME_VOLATILE = re.compile(
+    r"\d+(?:\.\d+)?\s?(?:ms|us|µs|ns|s|sec|secs|seconds?|min|minutes?)\b"
+    r"|\b(?=\w*[a-z])(?=\w*\d)\w{5,}\b",
+    re.IGNORECASE,
+)
+# In an error, a quoted span is almost always the input echoed back (the command,
+# the token, the path that failed): "syntax error near `:) done'" and "near `:) so'"
+# are one error about two variants of one mistake.
+_ERROR_VOLATILE = re.compile(
+    r"\d*\.\d+|\d{3,}|`[^`'\n]{0,200}['`]|'[^'\n]{0,200}'|\"[^\"\n]{0,200}\""
+)
+_OUTCOME_WORD = re.compile(r"[^\W_\d]{3,}|\d+|#")
+# An error's class and message sit at the start of a tool's output (shells, editors,
+# HTTP clients) and a Python traceback ends with them; 600 characters from each end
+# hold both, and bound the cost per result.
+_OUTCOME_CHARS: Final = 600
+
+
+def outcome_signature(text: str, error: bool = False) -> str:
+    """What a tool result amounts to: the same signature means the same outcome,
+    even when the words around it changed (timings, temp paths, and in errors pids,
+    line numbers, durations). Words of 1-2 letters are dropped, so a clipped tail
+    ("re" / "r") does not make two copies of one message differ."""
+    if len(text) > 2 * _OUTCOME_CHARS:
+        text = text[:_OUTCOME_CHARS] + " " + text[-_OUTCOME_CHARS:]
+    text = _OUTCOME_VOLATILE.sub("#", mask_volatile(text))
+    if error:
+        text = _ERROR_VOLATILE.sub("#", text)
+    digest = _hexdigest(" ".join(_OUTCOME_WORD.findall(text.lower())).encode(_UTF8, _LONE))
+    return ("E" if error else "O") + digest[1:]
+
+
+# Argument names under which tools take a shell command line.
+_COMMAND_KEYS: Final = ("command", "cmd", "script", "commands")
+# Shell built-ins that do nothing: ``:`` and ``true`` ignore their arguments.
+_NOOP_PROGRAMS: Final = frozenset({":", "true"})
+
+
+def shell_command(args: Any) -> str | None:
+    """The command line a shell tool was given, or None for other tools."""
+    args = maybe_json(args)
+    if isinstance(args, str):
+        return None
+    if isinstance(args, Mapping):
+        for key in _COMMAND_KEYS:
+            value = args.get(key)
+            if isinstance(value, str):
+                return value
+            if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+                return " ".join(value)
+    return None
+
+
+def is_noop_command(command: str) -> bool:
+    """True for a command line that cannot do anything: blank, or only shell no-ops
+    (``:`` / ``true``, whose arguments are ignored) joined by ``;``/``&&``/newlines,
+    or a bare comment."""
+    for part in re.split(r"\n|;|&&|\|\|", command):
+        words = part.split()
+        if not words or words[0].startswith("#"):
+            continue
+        first = words[0]
+        if first in _NOOP_PROGRAMS or (first.startswith(":") and first[1:2] in ("", "'", '"')):
+            continue
+        return False
+    return True
+
+
 def maybe_json(value: Any) -> Any:
     """Decode a string that holds a JSON object or array (agents and trace exports
     often stringify arguments); anything else unchanged."""
@@ -182,6 +259,7 @@ def _normalise_value(value: Any) -> Any:
 _NORM_CACHE: dict[str, str] = {}
 _NORM_CACHE_MAX: Final = 16384
 _RESULT_CACHE: dict[str, str] = {}
+_OUTCOME_CACHE: dict[str, str] = {}
 
 
 _TRUE: Final = (True, 1, "true", "True", "TRUE")
@@ -205,6 +283,7 @@ class Event:
         "_args_json",
         "_call_key",
         "_norm_key",
+        "_outcome_key",
         "_result_key",
         "agent",
         "args",
@@ -254,6 +333,7 @@ class Event:
         self._call_key: str | None = None
         self._norm_key: str | None = None
         self._result_key: str | None = None
+        self._outcome_key: str | None = None
 
     _FIELDS: Final = frozenset(
         {"kind", "name", "args", "text", "id", "parent", "type", "error", "tokens", "cost",
@@ -359,10 +439,16 @@ class Event:
 
     @property
     def result_key(self) -> str:
-        """Result key: the text with volatile values masked, whitespace folded, plus the
-        error flag. Two results with the same key carry the same information."""
+        """Result key: the text with volatile values masked, whitespace folded. Two
+        results with the same key carry the same information. For an error it is the
+        error's signature (:func:`outcome_signature`), so the same failure in new
+        words (another pid, duration or line number) is the same error to every
+        detector; it starts with "E"."""
         key = self._result_key
         if key is None:
+            if self.error:
+                key = self._result_key = self.outcome_key
+                return key
             raw = _hexdigest(self.text.encode(_UTF8, _LONE))
             key = _RESULT_CACHE.get(raw)
             if key is None:
@@ -371,9 +457,24 @@ class Event:
                 if len(_RESULT_CACHE) >= _NORM_CACHE_MAX:
                     _RESULT_CACHE.clear()
                 _RESULT_CACHE[raw] = key
-            if self.error:
-                key = "E" + key[1:]
             self._result_key = key
+        return key
+
+    @property
+    def outcome_key(self) -> str:
+        """What this result or message amounts to (:func:`outcome_signature`); cached
+        by exact text and error flag, because a looping agent gets the same text
+        again and again."""
+        key = self._outcome_key
+        if key is None:
+            raw = ("E" if self.error else "O") + _hexdigest(self.text.encode(_UTF8, _LONE))
+            key = _OUTCOME_CACHE.get(raw)
+            if key is None:
+                key = outcome_signature(self.text, self.error)
+                if len(_OUTCOME_CACHE) >= _NORM_CACHE_MAX:
+                    _OUTCOME_CACHE.clear()
+                _OUTCOME_CACHE[raw] = key
+            self._outcome_key = key
         return key
 
     @property

@@ -8,6 +8,7 @@ from .chanting import Chanting
 from .cycle import Cycle
 from .errors import ErrorLoop
 from .frequency import Frequency
+from .futility import Futility
 from .handoff import PingPong
 from .progress import NoProgress
 from .recursion import Recursion
@@ -26,6 +27,7 @@ __all__ = [
     "Embedder",
     "ErrorLoop",
     "Frequency",
+    "Futility",
     "IterationCap",
     "NoProgress",
     "PingPong",

@@ -71,6 +71,13 @@ class Context:
         return int(self.state["epoch"])
 
     @property
+    def turn(self) -> int:
+        """The model turn this event belongs to: calls issued together (after one
+        model output, before the next) share it; without model events, each call
+        is its own turn."""
+        return int(self.state.get("turn", 0))
+
+    @property
     def calls(self) -> list[list[Any]]:
         """The window of recent call records, oldest first."""
         calls: list[list[Any]] = self.state["calls"]

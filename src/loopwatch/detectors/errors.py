@@ -39,7 +39,7 @@ class ErrorLoop(Detector):
         self,
         warn_at: int = 3,
         stop_at: int | None = 5,
-        tool_warn_at: int = 3,
+        tool_warn_at: int = 5,
         tool_stop_at: int | None = 10,
     ) -> None:
         self.warn_at = warn_at
@@ -55,20 +55,29 @@ class ErrorLoop(Detector):
         rec = ctx.call
         tool = ev.name or (rec[C_NAME] if rec else "")
         if not ev.error:
-            # A success resets both counts: the tool works, something moved.
-            tools.pop(tool, None)
+            # A success resets both counts: something worked, something moved (an
+            # edit between two failing builds is progress for the build).
+            tools.clear()
             errs.clear()
             return None
         key = ev.result_key
-        entry = errs.pop(key, None) or [0, []]
-        entry[0] += 1
+        turn = ctx.turn
+        # entries: [count, evidence steps, turn of the last counted failure]. Failures
+        # of calls issued together in one turn (a parallel batch all hitting the same
+        # broken tool) are one attempt, not several.
+        entry = errs.pop(key, None) or [0, [], -1]
+        if entry[2] != turn:
+            entry[0] += 1
+            entry[2] = turn
         entry[1].append(ctx.step)
         trim(entry[1], _STEPS_MAX)
         errs[key] = entry
         if len(errs) > _KEYS_MAX:
             del errs[next(iter(errs))]
-        t_entry = tools.setdefault(tool, [0, []])
-        t_entry[0] += 1
+        t_entry = tools.setdefault(tool, [0, [], -1])
+        if t_entry[2] != turn:
+            t_entry[0] += 1
+            t_entry[2] = turn
         t_entry[1].append(ctx.step)
         trim(t_entry[1], _STEPS_MAX)
         args = f"({rec[C_ARGS]})" if rec else ""

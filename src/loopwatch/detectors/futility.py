@@ -1,0 +1,167 @@
+"""Futility: tool steps that achieve nothing new, whatever words the calls use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..events import TOOL_CALL, TOOL_RESULT, USER, is_noop_command, shell_command
+from ..findings import Finding, Severity
+from .base import C_KEY, C_NAME, C_STEP, Context, Detector, trim
+from .progress import contentless
+
+_SIGS_MAX = 64  # outcome signatures remembered per run (LRU)
+_STEPS_MAX = 8  # evidence steps kept
+_NOOPS_MAX = 8  # no-op calls still waiting for their result
+# A person (or a simulated user) repeating a message word for word is stronger
+# evidence than a tool returning the same thing: tools are deterministic, people
+# repeat themselves when they are not being heard. With this weight the restated-
+# request scenario warns at the 2nd repeat and stops at the 4th.
+_USER_WEIGHT = 1.5
+# A no-op is certain waste, not a weak hint: with this weight the 2nd no-op without
+# progress warns and the 3rd stops. Measured on the corpus: median stop lateness on
+# the hand-labelled coding runs went from 9 events to 1, with no new stop on a
+# solved run or on a run labelled not-a-loop.
+_NOOP_WEIGHT = 2.0
+
+# Why each kind of step counts (see the class docstring), and what to do about it.
+_NOOP = "commands that do nothing"
+_SAME = "outcomes you already had"
+_USER = "answers the user already gave"
+_ADVICE = {
+    _NOOP: "A command made only of ':' or 'true' does nothing: run the real command.",
+    _SAME: "The same outcome keeps coming back whatever you vary: read it and act on it.",
+    _USER: "The user keeps giving the same answer: use what you were already told.",
+}
+
+
+def _new_exact(ctx: Context, rec: list[Any]) -> bool:
+    """Whether no earlier call in the window had exactly these arguments. Exact, not
+    normalised: two edits that differ only in escaping or word order change the file
+    differently, so the second one's "ok" is still news."""
+    key = rec[C_KEY]
+    return not any(c[C_KEY] == key for c in ctx.calls if c is not rec)
+
+
+class Futility(Detector):
+    """Repeated intent: the agent keeps acting, and nothing it does changes the outcome.
+
+    The lexical detectors need the same call or the same text. Real loops vary the
+    words: a failing command re-run with another flag, quoting, path or timeout; the
+    same edit re-applied with different whitespace; files re-read in a new order;
+    commands that do nothing at all. What stays the same is the *outcome*. This
+    detector keeps one run-level count of futile steps since the last real progress:
+
+    * a shell no-op (``:``, ``true``, a blank command or a bare comment): it cannot
+      do anything, whatever its result;
+    * a result (or error) whose *outcome signature* was already seen in the run: the
+      text with timings, decimals, numbers of 3+ digits, letter-digit tokens (temp
+      paths, hashes) and 1-2 letter words masked, so the same error in new words
+      (new pid, new duration, a clipped last word) is the same outcome;
+    * an empty result or bare acknowledgement from a call made before;
+    * a user message the run has seen before (the user answering the same thing
+      again: the agent keeps asking for what it was given).
+
+    Progress resets the count: a successful result with a new outcome, a new call
+    acknowledged with a bare "ok" (an edit or a write changed something), or new
+    user input. An error with a new outcome neither counts nor resets: it is new
+    information, but not success (trying variants that all fail differently).
+
+    Evidence accumulates across these kinds, so a run mixing no-ops, re-reads and the
+    same error in new words is caught as one loop rather than three short ones.
+
+    Defaults (measured with ``benchmarks/quality.py`` on the corpus and the
+    scenarios): see ``warn_at``/``stop_at`` in ``__init__``.
+    """
+
+    name = "futility"
+    kinds = frozenset({TOOL_CALL, TOOL_RESULT, USER})
+
+    def __init__(self, warn_at: int = 3, stop_at: int | None = 5) -> None:
+        self.warn_at = warn_at
+        self.stop_at = stop_at
+
+    def observe(self, ctx: Context) -> Finding | None:
+        st: dict[str, Any] = self.my_state(ctx)
+        ev = ctx.event
+        kind = ev.kind
+        if kind == TOOL_CALL:
+            command = shell_command(ev.args)
+            if command is not None and is_noop_command(command):
+                noops: list[int] = st.setdefault("noops", [])
+                noops.append(ctx.step)
+                trim(noops, _NOOPS_MAX)
+            return None
+        sigs: dict[str, int] = st.setdefault("sigs", {})
+        if kind == USER:
+            sig = "u" + ev.outcome_key
+            seen = sigs.pop(sig, None) is not None
+            sigs[sig] = ctx.step
+            if not seen:
+                return self._progress(st)
+            return self._futile(ctx, st, _USER, "the user", _USER_WEIGHT)
+        rec = ctx.call
+        pending: list[int] | None = st.get("noops")
+        if rec is not None and pending and rec[C_STEP] in pending:
+            pending.remove(rec[C_STEP])
+            return self._futile(ctx, st, _NOOP, rec[C_NAME], _NOOP_WEIGHT)
+        sig = ev.outcome_key
+        seen = sigs.pop(sig, None) is not None
+        sigs[sig] = ctx.step
+        if len(sigs) > _SIGS_MAX:
+            del sigs[next(iter(sigs))]
+        tool = ev.name or (rec[C_NAME] if rec is not None else "the tool")
+        if ev.error:
+            return self._futile(ctx, st, _SAME, tool) if seen else None
+        if seen and not (contentless(ev.text) and (rec is None or _new_exact(ctx, rec))):
+            return self._futile(ctx, st, _SAME, tool)
+        return self._progress(st)
+
+    @staticmethod
+    def _progress(st: dict[str, Any]) -> None:
+        st["count"] = 0
+        st["steps"] = []
+        st["why"] = {}
+        st["turn"] = None
+
+    def _futile(
+        self, ctx: Context, st: dict[str, Any], why: str, who: str, weight: float = 1.0
+    ) -> Finding | None:
+        before = st.get("count", 0)
+        turn = ctx.turn
+        if ctx.event.error:
+            if st.get("turn") == turn:
+                # A parallel batch from one turn hitting the same broken tool is one
+                # failed attempt (a loop=false corpus run fails six globs at once).
+                weight = 0
+            st["turn"] = turn
+        count = st["count"] = before + weight
+        steps: list[int] = st.setdefault("steps", [])
+        if not steps:
+            st["start"] = ctx.step
+        steps.append(ctx.step)
+        trim(steps, _STEPS_MAX)
+        reasons: dict[str, int] = st.setdefault("why", {})
+        reasons[why] = reasons.get(why, 0) + 1
+        if self.stop_at is not None and count >= self.stop_at:
+            severity = Severity.STOP
+        elif before < self.warn_at <= count:
+            severity = Severity.WARN
+        else:
+            return None
+        total = sum(reasons.values())
+        kinds = ", ".join(f"{n} {w}" for w, n in sorted(reasons.items(), key=lambda x: -x[1]))
+        top = max(reasons, key=reasons.__getitem__)
+        return Finding(
+            self.name,
+            severity,
+            ctx.step,
+            tuple(steps),
+            f"Your last {total} steps achieved nothing new ({kinds}; latest from {who}). "
+            f"{_ADVICE[top]}"
+            + (
+                " Change approach before the next step."
+                if severity is Severity.WARN
+                else " Stop repeating it: change approach or finish with what you have."
+            ),
+            f"futile@{st['start']}",
+        )
