@@ -160,7 +160,8 @@ def test_error_loop_tool_failing_with_different_errors() -> None:
     events: Events = []
     for i in range(10):
         events += tool("sh", {"cmd": f"c{i}"}, f"error number {i}", error=True)
-    assert firsts(only(ErrorLoop(), events)) == (5, 19)
+    # warn at the 5th failure in a row (tool_warn_at), stop at the 10th
+    assert firsts(only(ErrorLoop(), events)) == (9, 19)
 
 
 def test_error_loop_resets_on_success() -> None:

@@ -156,7 +156,11 @@ def test_warning_goes_into_the_next_request_only_after_the_tool_results(mode: st
     assert scan(guard.events, config=guard.config).first_warn == warn_at
     warning = next(v.message for v in guard.verdicts if v.action == "warn")
     assert warning and warning.startswith("[loopwatch] Warning:")
-    with_note = [i for i, req in enumerate(model.requests) if loopwatch_notes(req)]
+    with_note = [
+        i
+        for i, req in enumerate(model.requests)
+        if any(note.content == warning for note in loopwatch_notes(req))
+    ]
     assert len(with_note) == 1, "the warning is shown in one request only"
     request = model.requests[with_note[0]]
     assert request[-1].content == warning and request[-1] is loopwatch_notes(request)[0]
@@ -347,7 +351,7 @@ def test_callback_handler_raises_before_the_tool_runs(mode: str) -> None:
     assert caught.value.verdict.findings[0].detector == "repeated_call"
     assert len(counter.calls) == 4
     assert len(set(guard.run_ids)) == 1, "all events of one invocation share a run id"
-    assert [w.action for w in handler.warnings] == ["warn"]
+    assert handler.warnings and all(w.action == "warn" for w in handler.warnings)
 
 
 def test_callback_handler_uses_the_thread_id() -> None:
@@ -401,7 +405,7 @@ def test_a_stop_on_a_tool_result_ends_the_run_before_the_next_model_call(mode: s
     stop = guard.first("stop")
     assert stop == report.first_stop == len(guard.events) - 1
     assert guard.events[stop]["kind"] == "tool_result"
-    assert report.findings[-1].detector == "no_progress"
+    assert "no_progress" in {f.detector for f in report.findings if f.step == stop}
     # the tool ran (its result is kept, marked), and the model was not called again
     assert len(counter.calls) == len(model.requests)
     kept = result["messages"][-2]

@@ -29,7 +29,7 @@ _SAME = "outcomes you already had"
 _USER = "answers the user already gave"
 _ADVICE = {
     _NOOP: "A command made only of ':' or 'true' does nothing: run the real command.",
-    _SAME: "The same outcome keeps coming back whatever you vary: read it and act on it.",
+    _SAME: "The same results keep coming back: read them and act on them.",
     _USER: "The user keeps giving the same answer: use what you were already told.",
 }
 
