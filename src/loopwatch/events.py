@@ -138,41 +138,72 @@ def normalise_text(text: str) -> str:
 
 
 # What a result says, with what changes between two runs of the same command
-# masked. Everywhere: timings ("0.41s", "took 31 ms") and letter-digit tokens of 5+
-# characters (temp paths, hashes, ids). In errors also decimals and numbers of 3+
-# digits (pids, ports, line numbers, addresses): in a failure they are incidental,
-# while in a successful output they can be the progress itself (rows processed, a
-# loss going down), so they stay there. Small integers always stay: "1 failed, 4
-# passed" and "3 failed, 9 passed" are different outcomes.
-_OUTCOME_VOLATILE = re.compile(
-    r"\d+(?:\.\d+)?\s?(?:ms|us|µs|ns|s|sec|secs|seconds?|min|minutes?)\b"
-    r"|\b(?=\w*[a-z])(?=\w*\d)\w{5,}\b",
-    re.IGNORECASE,
+# masked. Everywhere: timings ("0.41s", "took 31 ms"), the values mask_volatile
+# masks (UUIDs, timestamps, long hex) and letter-digit words of 5+ characters (temp
+# paths, hashes, ids). In errors also numbers of 3+ digits and decimals (pids, ports,
+# line numbers, addresses) and quoted spans (the command, token or path echoed
+# back): in a failure they are incidental, while in a successful output numbers can
+# be the progress itself (rows processed, a loss going down), so they stay there.
+# Small integers always stay: "1 failed, 4 passed" and "3 failed, 9 passed" differ.
+_QUOTED = re.compile(r"`[^`'\n]{0,200}['`]|'[^'\n]{0,200}'|\"[^\"\n]{0,200}\"")
+_PART = re.compile(r"[^\W_]+")
+_UNITS: Final = frozenset(
+    {"ms", "us", "µs", "ns", "s", "sec", "secs", "second", "seconds", "min", "minutes"}
 )
-# In an error, a quoted span is almost always the input echoed back (the command,
-# the token, the path that failed): "syntax error near `:) done'" and "near `:) so'"
-# are one error about two variants of one mistake.
-_ERROR_VOLATILE = re.compile(
-    r"\d*\.\d+|\d{3,}|`[^`'\n]{0,200}['`]|'[^'\n]{0,200}'|\"[^\"\n]{0,200}\""
-)
-_OUTCOME_WORD = re.compile(r"[^\W_\d]{3,}|\d+|#")
+_LETTERS: Final = "abcdefghijklmnopqrstuvwxyzµ"
 # An error's class and message sit at the start of a tool's output (shells, editors,
 # HTTP clients) and a Python traceback ends with them; 600 characters from each end
 # hold both, and bound the cost per result.
 _OUTCOME_CHARS: Final = 600
 
 
+def _outcome_words(text: str, error: bool) -> list[str]:
+    """The words that carry a result's meaning (see above), token by token: plain
+    words take the fast path, and only tokens with digits or punctuation are split."""
+    words: list[str] = []
+    append = words.append
+    for tok in text.lower().split():
+        if tok.isalpha():
+            if tok in _UNITS and words and words[-1].isdigit():
+                words[-1] = "#"  # "31 ms": a timing
+            elif len(tok) >= 3:
+                append(tok)
+            continue
+        if len(tok) >= 8 and _VOLATILE.search(tok):
+            append("#")
+            continue
+        decimal = error and "." in tok
+        for part in _PART.findall(tok):
+            if part.isalpha():
+                if part in _UNITS and words and words[-1].isdigit():
+                    words[-1] = "#"
+                elif len(part) >= 3:
+                    append(part)
+            elif part.isdigit():
+                append("#" if error and (decimal or len(part) >= 3) else part)
+            else:
+                digits = part.rstrip(_LETTERS)
+                if digits.isdigit() and part[len(digits) :] in _UNITS:
+                    if words and words[-1].isdigit():
+                        words.pop()  # "0.41s": the integer part belongs to the timing
+                    append("#")
+                elif len(part) >= 5 and not part.isdigit():
+                    append("#")
+                else:
+                    append(part)
+    return words
+
+
 def outcome_signature(text: str, error: bool = False) -> str:
     """What a tool result amounts to: the same signature means the same outcome,
     even when the words around it changed (timings, temp paths, and in errors pids,
-    line numbers, durations). Words of 1-2 letters are dropped, so a clipped tail
-    ("re" / "r") does not make two copies of one message differ."""
+    line numbers, the input echoed back). Words of 1-2 letters are dropped, so a
+    clipped tail ("re" / "r") does not make two copies of one message differ."""
     if len(text) > 2 * _OUTCOME_CHARS:
         text = text[:_OUTCOME_CHARS] + " " + text[-_OUTCOME_CHARS:]
-    text = _OUTCOME_VOLATILE.sub("#", mask_volatile(text))
     if error:
-        text = _ERROR_VOLATILE.sub("#", text)
-    digest = _hexdigest(" ".join(_OUTCOME_WORD.findall(text.lower())).encode(_UTF8, _LONE))
+        text = _QUOTED.sub(" # ", text)
+    digest = _hexdigest(" ".join(_outcome_words(text, error)).encode(_UTF8, _LONE))
     return ("E" if error else "O") + digest[1:]
 
 
@@ -201,6 +232,9 @@ def is_noop_command(command: str) -> bool:
     """True for a command line that cannot do anything: blank, or only shell no-ops
     (``:`` / ``true``, whose arguments are ignored) joined by ``;``/``&&``/newlines,
     or a bare comment."""
+    head = command.lstrip()[:1]
+    if head and head not in ":t#":
+        return False  # the common case, decided without splitting the command
     for part in re.split(r"\n|;|&&|\|\|", command):
         words = part.split()
         if not words or words[0].startswith("#"):

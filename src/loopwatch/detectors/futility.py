@@ -9,7 +9,6 @@ from ..findings import Finding, Severity
 from .base import C_KEY, C_NAME, C_STEP, Context, Detector, trim
 from .progress import contentless
 
-_SIGS_MAX = 64  # outcome signatures remembered per run (LRU)
 _STEPS_MAX = 8  # evidence steps kept
 _NOOPS_MAX = 8  # no-op calls still waiting for their result
 # A person (or a simulated user) repeating a message word for word is stronger
@@ -91,11 +90,12 @@ class Futility(Detector):
                 noops.append(ctx.step)
                 trim(noops, _NOOPS_MAX)
             return None
-        sigs: dict[str, int] = st.setdefault("sigs", {})
+        # "Seen before" is the engine's answer (ctx.novel): the result's key among the
+        # run's last 64 results and user inputs. An error's key is its signature, so
+        # the same failure in new words is seen before; a success's key is its text
+        # with volatile values masked.
+        seen = not ctx.novel
         if kind == USER:
-            sig = "u" + ev.outcome_key
-            seen = sigs.pop(sig, None) is not None
-            sigs[sig] = ctx.step
             if not seen:
                 return self._progress(st)
             return self._futile(ctx, st, _USER, "the user", _USER_WEIGHT)
@@ -104,11 +104,6 @@ class Futility(Detector):
         if rec is not None and pending and rec[C_STEP] in pending:
             pending.remove(rec[C_STEP])
             return self._futile(ctx, st, _NOOP, rec[C_NAME], _NOOP_WEIGHT)
-        sig = ev.outcome_key
-        seen = sigs.pop(sig, None) is not None
-        sigs[sig] = ctx.step
-        if len(sigs) > _SIGS_MAX:
-            del sigs[next(iter(sigs))]
         tool = ev.name or (rec[C_NAME] if rec is not None else "the tool")
         if ev.error:
             return self._futile(ctx, st, _SAME, tool) if seen else None
