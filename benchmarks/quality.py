@@ -79,6 +79,7 @@ class Tally:
     false_warns: int = 0
     solved: int = 0
     solved_stops: int = 0
+    solved_loop_stops: int = 0  # solved runs stopped that a person labelled a loop
     solved_warns: int = 0
     unlabelled: int = 0
     unlabelled_stops: int = 0
@@ -121,6 +122,7 @@ class Tally:
         if solved(meta):
             self.solved += 1
             self.solved_stops += stopped
+            self.solved_loop_stops += stopped and label is True
             self.solved_warns += flagged and not stopped
             if stopped:
                 self.solved_stop_ids.append(run["run_id"])
@@ -146,6 +148,7 @@ class Tally:
             "false stops (loop=false)": rate(self.false_stops, self.not_loops),
             "false warns (loop=false)": rate(self.false_warns, self.not_loops),
             "stops on solved runs": rate(self.solved_stops, self.solved),
+            "  of which labelled loops": str(self.solved_loop_stops),
             "warns on solved runs": rate(self.solved_warns, self.solved),
             "stops, unlabelled": rate(self.unlabelled_stops, self.unlabelled),
             "warns, unlabelled": rate(self.unlabelled_warns, self.unlabelled),

@@ -60,16 +60,19 @@ class Futility(Detector):
     * a user message the run has seen before (the user answering the same thing
       again: the agent keeps asking for what it was given).
 
-    Progress resets the count: a successful result with a new outcome, a new call
-    acknowledged with a bare "ok" (an edit or a write changed something), or new
-    user input. An error with a new outcome neither counts nor resets: it is new
+    Progress halves the count (see ``_progress``): a successful result with a new
+    outcome, a new call acknowledged with a bare "ok" (an edit or a write changed
+    something), or new user input. An error with a new outcome neither counts nor resets: it is new
     information, but not success (trying variants that all fail differently).
 
     Evidence accumulates across these kinds, so a run mixing no-ops, re-reads and the
     same error in new words is caught as one loop rather than three short ones.
 
-    Defaults (measured with ``benchmarks/quality.py`` on the corpus and the
-    scenarios): see ``warn_at``/``stop_at`` in ``__init__``.
+    Defaults: warn at 3, stop at 5 (a no-op weighs 2, a repeated user answer 1.5).
+    Measured with ``benchmarks/quality.py`` on the corpus: stop at 4 stops 8 of 231
+    solved runs (thrashing episodes that recovered), 5 stops 4, of which 2 are
+    labelled loops; 6 loses labelled loops and adds lateness without sparing a
+    solved run. Warn at 2 warns on 39% of the runs labelled not-a-loop.
     """
 
     name = "futility"
@@ -113,7 +116,15 @@ class Futility(Detector):
 
     @staticmethod
     def _progress(st: dict[str, Any]) -> None:
-        st["count"] = 0
+        """Progress halves the count (below 2 it clears): one new result after a
+        stretch of futile steps is weaker evidence than the stretch, so the evidence
+        decays instead of vanishing. Measured against a full reset: labelled coding
+        loops stopped 25/30 -> 28/30, p90 lateness 19 -> 15 events; the one extra
+        solved run stopped is itself labelled a loop."""
+        count = st.get("count", 0)
+        count = st["count"] = count / 2 if count >= 2 else 0
+        if count:
+            return
         st["steps"] = []
         st["why"] = {}
         st["turn"] = None
