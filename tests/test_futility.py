@@ -172,3 +172,17 @@ def test_state_stays_bounded() -> None:
         engine.step(state, Event.from_dict(data))
     slot = state["futility"]
     assert len(slot["steps"]) <= 8 and len(slot["noops"]) <= 8
+
+
+def test_identical_calls_in_one_turn_still_count() -> None:
+    events: Events = [model("Trying again.")]
+    for _ in range(6):
+        events += tool("Bash", {"command": ", "}, "bash: ,: command not found", True)
+    assert firsts(only(events))[1] is not None
+
+
+def test_timing_fields_do_not_make_results_new() -> None:
+    a = Event("tool_result", "Glob", text='No files found {"durationMs": 5, "numFiles": 0}')
+    b = Event("tool_result", "Glob", text='No files found {"durationMs": 4, "numFiles": 0}')
+    c = Event("tool_result", "Glob", text='No files found {"durationMs": 4, "numFiles": 1}')
+    assert a.result_key == b.result_key != c.result_key

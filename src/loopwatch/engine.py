@@ -144,7 +144,17 @@ def _record_call(state: dict[str, Any], event: Event, step: int) -> list[Any]:
     if novel:
         state["epoch"] += 1
     seen[norm] = seen.get(norm, 0) + 1
-    rec = [step, event.call_key, norm, event.name or "", None, None, novel, _args_preview(event)]
+    rec = [
+        step,
+        event.call_key,
+        norm,
+        event.name or "",
+        None,
+        None,
+        novel,
+        _args_preview(event),
+        state["turn"],
+    ]
     calls: list[list[Any]] = state["calls"]
     calls.append(rec)
     state["ncalls"] += 1

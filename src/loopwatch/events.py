@@ -107,6 +107,11 @@ def mask_volatile(text: str) -> str:
     return _VOLATILE.sub("#", text)
 
 
+# Fields whose value is how long something took ("durationMs": 5, elapsed=0.3):
+# tools append them to otherwise identical results.
+_TIMING_FIELD = re.compile(r"duration|elapsed|latency|took", re.IGNORECASE)
+
+
 def fold_and_mask(text: str) -> str:
     """Whitespace folded and volatile values masked, token by token.
 
@@ -117,9 +122,13 @@ def fold_and_mask(text: str) -> str:
     """
     tokens = text.split()
     sub = _VOLATILE.sub
+    timing = False
     for i, tok in enumerate(tokens):
-        if len(tok) >= 8 and not tok.isalpha():
+        if timing and tok[:1].isdigit():
+            tokens[i] = "#"  # the value of a field named as a duration
+        elif len(tok) >= 8 and not tok.isalpha():
             tokens[i] = sub("#", tok)
+        timing = tok[-1:] in (":", "=") and _TIMING_FIELD.search(tok) is not None
     return " ".join(tokens)
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "C_RESULT",
     "C_RSTEP",
     "C_STEP",
+    "C_TURN",
     "Context",
     "Detector",
     "DetectorSet",
@@ -41,6 +42,7 @@ C_RESULT: Final = 4  # result key, None until the result is observed ("E..." = e
 C_RSTEP: Final = 5  # event index of the tool_result, or None
 C_NOVEL: Final = 6  # True if the normalised key was not in the window when called
 C_ARGS: Final = 7  # short preview of the arguments, for messages
+C_TURN: Final = 8  # the model turn the call was issued in (see Context.turn)
 
 
 class Context:
@@ -76,6 +78,18 @@ class Context:
         model output, before the next) share it; without model events, each call
         is its own turn."""
         return int(self.state.get("turn", 0))
+
+    @property
+    def batched(self) -> bool:
+        """Whether this event's call was issued in the same turn as an earlier,
+        different call: part of a parallel batch. A batch of different calls failing
+        the same way is one failed decision, not several attempts; the same call
+        issued twice in one turn is still a repeat."""
+        rec = self.call
+        if rec is None:
+            return False
+        turn, key, step = rec[C_TURN], rec[C_KEY], rec[C_STEP]
+        return any(c[C_TURN] == turn and c[C_KEY] != key and c[C_STEP] < step for c in self.calls)
 
     @property
     def calls(self) -> list[list[Any]]:

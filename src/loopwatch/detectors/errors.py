@@ -61,23 +61,18 @@ class ErrorLoop(Detector):
             errs.clear()
             return None
         key = ev.result_key
-        turn = ctx.turn
-        # entries: [count, evidence steps, turn of the last counted failure]. Failures
-        # of calls issued together in one turn (a parallel batch all hitting the same
-        # broken tool) are one attempt, not several.
-        entry = errs.pop(key, None) or [0, [], -1]
-        if entry[2] != turn:
-            entry[0] += 1
-            entry[2] = turn
+        # Failures of different calls issued together in one turn (a parallel batch
+        # all hitting the same broken tool) are one attempt, not several.
+        attempt = 0 if ctx.batched else 1
+        entry = errs.pop(key, None) or [0, []]
+        entry[0] += attempt
         entry[1].append(ctx.step)
         trim(entry[1], _STEPS_MAX)
         errs[key] = entry
         if len(errs) > _KEYS_MAX:
             del errs[next(iter(errs))]
-        t_entry = tools.setdefault(tool, [0, [], -1])
-        if t_entry[2] != turn:
-            t_entry[0] += 1
-            t_entry[2] = turn
+        t_entry = tools.setdefault(tool, [0, []])
+        t_entry[0] += attempt
         t_entry[1].append(ctx.step)
         trim(t_entry[1], _STEPS_MAX)
         args = f"({rec[C_ARGS]})" if rec else ""

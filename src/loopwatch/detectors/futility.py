@@ -127,19 +127,15 @@ class Futility(Detector):
             return
         st["steps"] = []
         st["why"] = {}
-        st["turn"] = None
 
     def _futile(
         self, ctx: Context, st: dict[str, Any], why: str, who: str, weight: float = 1.0
     ) -> Finding | None:
         before = st.get("count", 0)
-        turn = ctx.turn
-        if ctx.event.error:
-            if st.get("turn") == turn:
-                # A parallel batch from one turn hitting the same broken tool is one
-                # failed attempt (a loop=false corpus run fails six globs at once).
-                weight = 0
-            st["turn"] = turn
+        if ctx.event.error and ctx.batched:
+            # A parallel batch from one turn hitting the same broken tool is one
+            # failed attempt (a loop=false corpus run fails six globs at once).
+            weight = 0
         count = st["count"] = before + weight
         steps: list[int] = st.setdefault("steps", [])
         if not steps:
