@@ -93,12 +93,8 @@ def main() -> None:
     parser.add_argument("--static", type=Path, help="a model2vec model folder to compare")
     args = parser.parse_args()
 
-    from loopwatch.detectors.semantic import (
-        EmbeddingCache,
-        MiniLMEmbedder,
-        Semantic,
-        semantic_unavailable_reason,
-    )
+    from loopwatch.detectors.semantic import Semantic
+    from loopwatch.embeddings import EmbeddingCache, MiniLMEmbedder, semantic_unavailable_reason
 
     reason = semantic_unavailable_reason()
     if reason:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from loopwatch import Config
 from loopwatch.detectors.handoff import PingPong
-from loopwatch.detectors.semantic import semantic_unavailable_reason
+from loopwatch.embeddings import semantic_unavailable_reason
 from loopwatch.engine import Engine, new_state
 from loopwatch.events import Event
 from loopwatch.findings import Severity

@@ -23,20 +23,18 @@ from hypothesis import strategies as st
 from loopwatch import Config, Guard
 from loopwatch.detectors import default_detectors
 from loopwatch.detectors.handoff import PingPong
-from loopwatch.detectors.semantic import (
+from loopwatch.detectors.semantic import Semantic, SemanticUnavailable
+from loopwatch.embeddings import (
     Comparer,
     EmbeddingCache,
-    Semantic,
-    SemanticUnavailable,
-    args_text,
     default_embedder,
-    lexical_verdict,
     semantic_unavailable_reason,
 )
 from loopwatch.engine import Engine, new_state
 from loopwatch.events import Event
 from loopwatch.findings import Severity
 from loopwatch.scan import Scanner
+from loopwatch.text import args_text, lexical_verdict
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may download weights
 
@@ -423,7 +421,7 @@ def test_default_model_separates_paraphrases_from_distinct_pairs(model: Embeddin
     """With the lexical pass, the default cut-off gets >= 90% of the measured pairs
     right, and no distinct pair whose texts name different things is called the same."""
     compare = Comparer(model, similarity=0.72, min_words=1)
-    from loopwatch.detectors.semantic import fingerprint
+    from loopwatch.text import fingerprint
 
     def same(a: str, b: str) -> bool:
         return compare.same((fingerprint(a), a), (fingerprint(b), b))

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Final
 
 from ..events import Event
 from ..findings import Finding, Severity
+from ..text import preview
 
 __all__ = [
     "C_ARGS",
@@ -28,6 +29,7 @@ __all__ = [
     "Context",
     "Detector",
     "DetectorSet",
+    "note_novelty",
     "preview",
     "severity_for",
     "trim",
@@ -149,16 +151,24 @@ class DetectorSet:
         return " | ".join(repr(d) for d in self.detectors) or "DetectorSet()"
 
 
-def severity_for(count: int, warn_at: int | None, stop_at: int | None) -> Severity | None:
+def severity_for(
+    count: float, warn_at: float | None, stop_at: float | None, before: float | None = None
+) -> Severity | None:
     """The severity a count reaches: stop at ``stop_at``, warn at ``warn_at``; else None.
 
-    Returns warn only at the threshold itself and stop at and beyond, because a
-    warning is issued once per pattern while a stop must hold on every repeat.
+    The one severity rule of every detector. Returns warn only when the count reaches
+    the threshold (a warning is issued once per pattern) and stop at and beyond it (a
+    stop must hold on every repeat). ``before``, the count before this event, is for
+    weighted evidence that can step past ``warn_at`` without landing on it; counts
+    that grow by one need not pass it.
     """
     if stop_at is not None and count >= stop_at:
         return Severity.STOP
-    if warn_at is not None and count == warn_at:
-        return Severity.WARN
+    if warn_at is not None:
+        if before is None:
+            before = count - 1
+        if before < warn_at <= count:
+            return Severity.WARN
     return None
 
 
@@ -168,19 +178,15 @@ def trim(items: list[Any], limit: int) -> None:
         del items[: len(items) - limit]
 
 
-def preview(value: Any, limit: int = 80) -> str:
-    """A short one-line rendering of tool arguments or text for messages."""
-    if value is None:
-        return ""
-    text = value if isinstance(value, str) else _compact(value)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def note_novelty(slot: dict[str, Any], ctx: Context) -> bool:
+    """Record whether this event brings new information; return True if it does.
 
-
-def _compact(value: Any) -> str:
-    import orjson
-
-    try:
-        return orjson.dumps(value, default=str).decode()
-    except TypeError:
-        return str(value)
+    The engine answers "is it new?" once per event (:attr:`Context.novel`: a call not
+    in the window, a result or user input not among the run's recent ones); each new
+    piece bumps ``slot["mark"]``, so a detector can tell "nothing new happened since
+    X" by comparing marks. The slot is the caller's own per-run state dict.
+    """
+    if ctx.novel:
+        slot["mark"] = slot.get("mark", 0) + 1
+        return True
+    return False

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..events import TOOL_CALL
 from ..findings import Finding, Severity
-from .base import C_NAME, C_NORM, C_NOVEL, C_RESULT, C_STEP, Context, Detector
+from .base import C_NAME, C_NORM, C_NOVEL, C_RESULT, C_STEP, Context, Detector, severity_for
 
 
 class Cycle(Detector):
@@ -71,7 +71,7 @@ class Cycle(Detector):
             repeats = (run + period) // period
             if repeats < 2 or same >= run + period:
                 continue
-            severity = _severity(repeats, self.warn_repeats, self.stop_repeats)
+            severity = severity_for(repeats, self.warn_repeats, self.stop_repeats)
             if severity is None:
                 continue
             cyc = calls[n - period :]
@@ -110,11 +110,3 @@ def _match_run(calls: list[list[Any]], period: int, kpos: int, by_name: bool) ->
                 break
         run += 1
     return run
-
-
-def _severity(repeats: int, warn_at: int | None, stop_at: int | None) -> Severity | None:
-    if stop_at is not None and repeats >= stop_at:
-        return Severity.STOP
-    if warn_at is not None and repeats >= warn_at:
-        return Severity.WARN
-    return None

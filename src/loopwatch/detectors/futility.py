@@ -6,8 +6,8 @@ from typing import Any
 
 from ..events import TOOL_CALL, TOOL_RESULT, USER, is_noop_command, shell_command
 from ..findings import Finding, Severity
-from .base import C_KEY, C_NAME, C_STEP, Context, Detector, trim
-from .progress import contentless
+from ..text import contentless
+from .base import C_KEY, C_NAME, C_STEP, Context, Detector, severity_for, trim
 
 _STEPS_MAX = 8  # evidence steps kept
 _NOOPS_MAX = 8  # no-op calls still waiting for their result
@@ -144,11 +144,8 @@ class Futility(Detector):
         trim(steps, _STEPS_MAX)
         reasons: dict[str, int] = st.setdefault("why", {})
         reasons[why] = reasons.get(why, 0) + 1
-        if self.stop_at is not None and count >= self.stop_at:
-            severity = Severity.STOP
-        elif before < self.warn_at <= count:
-            severity = Severity.WARN
-        else:
+        severity = severity_for(count, self.warn_at, self.stop_at, before)
+        if severity is None:
             return None
         total = sum(reasons.values())
         kinds = ", ".join(f"{n} {w}" for w, n in sorted(reasons.items(), key=lambda x: -x[1]))

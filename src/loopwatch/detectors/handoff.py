@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Final
 
+from ..embeddings import Comparer, Embedder, EmbeddingCache, resolve_embedder
 from ..events import MODEL, SPAN, TOOL_CALL, TOOL_RESULT, USER
 from ..findings import Finding, Severity
-from .base import Context, Detector, preview, severity_for, trim
-from .semantic import Comparer, Embedder, EmbeddingCache, fingerprint, resolve_embedder
-from .spend import note_novelty
+from ..text import WORD, fingerprint
+from .base import Context, Detector, note_novelty, preview, severity_for, trim
 
 __all__ = ["PingPong"]
 
-_WORD = re.compile(r"[^\W_]+")
 # Words that carry no request: dropped before comparing two messages' word sets.
 _FILLER: Final = frozenset(
     {
@@ -32,7 +30,7 @@ _AGENT_SPANS: Final = frozenset({"agent", "handoff", "subagent", "sub_agent", "c
 
 def _content(text: str) -> dict[str, int]:
     """A message's content words (JSON-serialisable, set-like keys)."""
-    return dict.fromkeys((w for w in _WORD.findall(text.lower()) if w not in _FILLER), 1)
+    return dict.fromkeys((w for w in WORD.findall(text.lower()) if w not in _FILLER), 1)
 
 
 def _overlap(a: dict[str, int], b: dict[str, int]) -> float:

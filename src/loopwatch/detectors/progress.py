@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ..events import TOOL_RESULT
 from ..findings import Finding
+from ..text import contentless
 from .base import C_NAME, C_NOVEL, Context, Detector, severity_for, trim
 
 _STEPS_MAX = 10
-# A result with less content than this (markup and spacing removed) is an
-# acknowledgement: "ok", "[]", "File written.", or mini-swe-agent's
-# "<returncode>0</returncode><output></output>" after a silent shell edit.
-_ACK_CHARS = 40
-_MARKUP = re.compile(r"<[^>]{1,40}>|\s+")
-
-
-def contentless(text: str) -> bool:
-    """True for an empty result or a bare acknowledgement."""
-    if len(text) > 400:
-        return False
-    return len(_MARKUP.sub("", text)) < _ACK_CHARS
 
 
 class NoProgress(Detector):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from xxhash import xxh3_64_hexdigest
-
 from ..events import SPAN, normalise_text
 from ..findings import Finding
+from ..text import fingerprint
 from .base import Context, Detector, preview, severity_for
 
 _SPANS_MAX = 512  # spans remembered per run (LRU); deeper history is not needed
@@ -38,11 +37,7 @@ class Recursion(Detector):
         ev = ctx.event
         spans: dict[str, list[Any]] = self.my_state(ctx)
         # A hash, not the text: span inputs can be long, and the state must stay small.
-        label = xxh3_64_hexdigest(
-            f"{ev.type or ''}\x00{ev.name or ''}\x00{normalise_text(ev.text)}".encode(
-                "utf-8", "surrogatepass"
-            )
-        )
+        label = fingerprint(f"{ev.type or ''}\x00{ev.name or ''}\x00{normalise_text(ev.text)}")
         depth = 1
         steps = [ctx.step]
         parent = ev.parent

@@ -21,35 +21,20 @@ from typing import Any, Final
 
 from ..events import KINDS, MODEL
 from ..findings import Finding, Severity
-from .base import Context, Detector, trim
+from ..text import plain_words
+from .base import Context, Detector, note_novelty, trim
 
 __all__ = [
     "CostBudget",
     "SpendVelocity",
     "TimeBudget",
     "TokenBudget",
-    "note_novelty",
 ]
 
 _VOCAB_MAX: Final = 256  # recent output words remembered per run
 _STEPS_MAX: Final = 10
 # Only the start of an output is read for new words: bounds cost and state.
 _OUTPUT_CHARS: Final = 400
-_PUNCTUATION = str.maketrans({c: " " for c in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"})
-
-
-def note_novelty(slot: dict[str, Any], ctx: Context) -> bool:
-    """Record whether this event brings new information; return True if it does.
-
-    The engine answers "is it new?" once per event (:attr:`Context.novel`: a call not
-    in the window, a result or user input not among the run's recent ones); each new
-    piece bumps ``slot["mark"]``, so a detector can tell "nothing new happened since
-    X" by comparing marks. The slot is the caller's own per-run state dict.
-    """
-    if ctx.novel:
-        slot["mark"] = slot.get("mark", 0) + 1
-        return True
-    return False
 
 
 def _fmt_spend(tokens: float, cost: float) -> str:
@@ -113,7 +98,7 @@ class SpendVelocity(Detector):
     def _output_is_new(self, st: dict[str, Any], text: str) -> bool:
         # str methods, not a regex: this runs on every model turn of a run with spend.
         # Short words are common, so they sit in the vocabulary and never count as new.
-        words = set(text[:_OUTPUT_CHARS].lower().translate(_PUNCTUATION).split())
+        words = plain_words(text[:_OUTPUT_CHARS])
         if not words:
             return False
         vocab: dict[str, int] = st.setdefault("vocab", {})

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..events import MODEL, TOOL_CALL
 from ..findings import Finding, Severity
+from ..text import jaccard, plain_words
 from .base import Context, Detector, preview, severity_for, trim
 
 _AGENTS_MAX = 16
@@ -15,26 +16,9 @@ _STEPS_MAX = 8
 _COMPARE_CHARS = 1500
 
 
-_PUNCTUATION = str.maketrans({c: " " for c in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"})
-
-
-def _words(text: str) -> set[str]:
-    """The distinct words of a text (ASCII punctuation dropped; str methods, no regex,
-    because this runs on up to 1,500 characters per output)."""
-    return set(text.lower().translate(_PUNCTUATION).split())
-
-
 def _same(a: str, b: str) -> bool:
     """Equal once case and spacing are folded."""
     return a == b or " ".join(a.lower().split()) == " ".join(b.lower().split())
-
-
-def jaccard(a: set[str], b: set[str]) -> float:
-    """Jaccard similarity of two word sets."""
-    if not a or not b:
-        return 0.0
-    inter = len(a & b)
-    return inter / (len(a) + len(b) - inter)
 
 
 class Stagnation(Detector):
@@ -79,7 +63,7 @@ class Stagnation(Detector):
         short, long = sorted((len(a), len(b)))
         if short < 2 * self.min_words or short < long * self.similarity * 0.75:
             return False
-        wa, wb = _words(a), _words(b)
+        wa, wb = plain_words(a), plain_words(b)
         if len(wa) < self.min_words or len(wb) < self.min_words:
             return False
         return jaccard(wa, wb) >= self.similarity

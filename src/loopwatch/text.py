@@ -1,0 +1,171 @@
+"""Text helpers shared by the detectors: words, overlap, fingerprints, emptiness.
+
+One place for what several detectors ask of a text, so that "a word", "the same
+words" and "an empty result" mean the same thing everywhere. Masking of volatile
+values and the call/result fingerprints live with the event model (events.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+import xxhash
+
+from .events import mask_volatile, maybe_json, normalise_text
+
+__all__ = [
+    "WORD",
+    "args_text",
+    "contentless",
+    "entities",
+    "fingerprint",
+    "jaccard",
+    "lexical_verdict",
+    "looks_like_code",
+    "plain_words",
+    "preview",
+    "word_set",
+]
+
+# A word: a run of letters or digits (no underscores), in any script.
+WORD: Final = re.compile(r"[^\W_]+")
+# ASCII punctuation to spaces: with str.split this finds words several times faster
+# than WORD, for the detectors that read up to a few thousand characters per event.
+_PUNCTUATION: Final = str.maketrans({c: " " for c in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"})
+
+
+def word_set(text: str) -> set[str]:
+    """The distinct words of a text, lower-cased (regex words: any script)."""
+    return set(WORD.findall(text.lower()))
+
+
+def plain_words(text: str) -> set[str]:
+    """The distinct words of a text, lower-cased, ASCII punctuation dropped (str
+    methods only: the fast path for long outputs)."""
+    return set(text.lower().translate(_PUNCTUATION).split())
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    """Jaccard similarity of two word sets (0.0 when either is empty)."""
+    if not a or not b:
+        return 0.0
+    inter = len(a & b)
+    return inter / (len(a) + len(b) - inter)
+
+
+def fingerprint(text: str) -> str:
+    """Stable 16-hex fingerprint of a text (xxh3, as the event keys)."""
+    return str(xxhash.xxh3_64_hexdigest(text.encode("utf-8", "surrogatepass")))
+
+
+# A result with less content than this (markup and spacing removed) is an
+# acknowledgement: "ok", "[]", "File written.", or mini-swe-agent's
+# "<returncode>0</returncode><output></output>" after a silent shell edit.
+_ACK_CHARS: Final = 40
+_MARKUP: Final = re.compile(r"<[^>]{1,40}>|\s+")
+
+
+def contentless(text: str) -> bool:
+    """True for an empty result or a bare acknowledgement."""
+    if len(text) > 400:
+        return False
+    return len(_MARKUP.sub("", text)) < _ACK_CHARS
+
+
+def preview(value: Any, limit: int = 80) -> str:
+    """A short one-line rendering of tool arguments or text for messages."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else _compact(value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _compact(value: Any) -> str:
+    import orjson
+
+    try:
+        return orjson.dumps(value, default=str).decode()
+    except TypeError:
+        return str(value)
+
+
+_TOKEN = re.compile(r"[\w./-]+")
+_SENTENCE_START = re.compile(r"(?:^|[.!?:;\n]\s*)([^\W_]+)")
+_LEXICAL_SAME: Final = 0.8  # word-set Jaccard at which texts are the same without a model
+
+
+def entities(text: str) -> set[str]:
+    """The specifics that make related texts different, lower-cased: numbers,
+    capitalised words not starting a sentence ("Tokyo", "EUR", "FirstValue"), and
+    code-like tokens (``file.py``, ``snake_case``, ``a/b``)."""
+    starts = {m.start(1) for m in _SENTENCE_START.finditer(text)}
+    out = set()
+    for m in _TOKEN.finditer(text):
+        token = m.group().strip("./-")
+        if not token:
+            continue
+        if (
+            any(c.isdigit() for c in token)
+            or (token[0].isupper() and m.start() not in starts)
+            or any(c in token for c in "_./")
+        ):
+            out.add(token.lower())
+    return out
+
+
+# Shell commands, code and paths: embeddings of these follow their shared syntax more
+# than what they do ("python test_x.py" scored 0.72+ against the heredoc that wrote
+# test_x.py), and a script with one line changed is another program: tool arguments
+# that look like this count as the same only when equal once normalised.
+_CODE = re.compile(r"[\n{}()\[\]<>=;|$\\/`]|(?:^|\s)--?\w|\w[._]\w")
+
+
+def looks_like_code(text: str) -> bool:
+    """Whether a text has the marks of code or a command rather than prose."""
+    return _CODE.search(text) is not None
+
+
+def lexical_verdict(a: str, b: str) -> bool | None:
+    """True (same), False (different) or None (undecided: needs embeddings)."""
+    if a == b or normalise_text(a) == normalise_text(b):
+        return True
+    ea, eb = entities(mask_volatile(a)), entities(mask_volatile(b))
+    if ea - eb and eb - ea:
+        return False  # each names something the other does not: FirstValue / LastValue
+    wa, wb = word_set(a), word_set(b)
+    if wa and wb:
+        inter = len(wa & wb)
+        if inter / (len(wa) + len(wb) - inter) >= _LEXICAL_SAME:
+            return True
+    return None
+
+
+def args_text(args: Any) -> str:
+    """The meaningful text of tool arguments: string values in key order, joined.
+
+    Structure and key names carry little meaning for similarity ("q" vs "query");
+    arguments without any string value fall back to their canonical JSON.
+    """
+    value = maybe_json(args)
+    parts: list[str] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, str):
+            if v.strip():
+                parts.append(v.strip())
+        elif isinstance(v, Mapping):
+            for k in sorted(v, key=str):
+                walk(v[k])
+        elif isinstance(v, (list, tuple)):
+            for item in v:
+                walk(item)
+
+    walk(value)
+    if parts:
+        return " ; ".join(parts)
+    if value is None:
+        return ""
+    return preview(value, 500)
