@@ -1,0 +1,40 @@
+"""The public API is curated: what a user composes is importable from ``loopwatch``,
+and nothing else is, so a change to it is a decision, not an accident."""
+
+from __future__ import annotations
+
+import loopwatch
+from loopwatch import Config, Detector
+from loopwatch.config import DETECTORS
+
+PUBLIC = {
+    # the two doors, their configuration and what they answer
+    "Guard", "scan", "Scanner", "Report", "Config", "ConfigError",
+    "Action", "Finding", "Severity", "Verdict", "LoopDetected", "StoreUnavailable",
+    # composing detectors
+    "Detector", "DetectorSet", "default_detectors", "Embedder",
+    "Chanting", "CostBudget", "Cycle", "ErrorLoop", "Frequency", "Futility",
+    "IterationCap", "NoProgress", "PingPong", "Recursion", "RepeatedCall", "Semantic",
+    "SpendVelocity", "Stagnation", "TimeBudget", "TokenBudget",
+    # events, traces and stores
+    "Event", "InputError", "TraceRun", "read_runs", "MemoryStore", "Store",
+    # the decorator
+    "watch", "current_run", "__version__",
+}  # fmt: skip
+
+
+def test_all_is_exactly_the_curated_api() -> None:
+    assert set(loopwatch.__all__) == PUBLIC
+    for name in loopwatch.__all__:
+        assert hasattr(loopwatch, name), name
+
+
+def test_every_detector_a_config_can_enable_is_importable_from_the_top() -> None:
+    exported = {
+        getattr(loopwatch, n)
+        for n in loopwatch.__all__
+        if isinstance(getattr(loopwatch, n), type) and issubclass(getattr(loopwatch, n), Detector)
+    }
+    built = {type(d) for d in Config().detectors()}
+    assert built <= exported
+    assert len(DETECTORS) >= len(built)
