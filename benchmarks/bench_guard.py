@@ -19,7 +19,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import orjson
 from _workload import interleaved
 
 from loopwatch import Config, Event, Guard
@@ -62,10 +61,11 @@ def main() -> None:
             f"  {kind:12s} median {statistics.median(values):6.2f} us"
             f"  p99 {pct(values, 0.99):7.2f} us  ({len(values):,} events)"
         )
-    sizes = [len(orjson.dumps(guard.state(f"run-{r}"))) for r in range(args.runs)]
+    states = [guard.state(f"run-{r}") for r in range(args.runs)]
+    sizes = [len(s.to_bytes()) for s in states if s is not None]
     print(
         f"  state per live run: median {statistics.median(sizes):,.0f} bytes,"
-        f" max {max(sizes):,} bytes (serialised JSON)"
+        f" max {max(sizes):,} bytes (RunState.to_bytes)"
     )
     ev = Event.from_dict(traffic[0][1])
     n = 100_000

@@ -170,8 +170,8 @@ def test_state_stays_bounded() -> None:
     state = new_state()
     for data in events:
         engine.step(state, Event.from_dict(data))
-    slot = state["futility"]
-    assert len(slot["steps"]) <= 8 and len(slot["noops"]) <= 8
+    slot = state.slots["futility"]
+    assert len(slot.steps) <= 8 and len(slot.noops) <= 8
 
 
 def test_identical_calls_in_one_turn_still_count() -> None:

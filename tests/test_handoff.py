@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from conftest import load_scenarios, meets_expectation
 from hypothesis import given, settings
@@ -20,6 +19,7 @@ from loopwatch.engine import Engine, new_state
 from loopwatch.events import Event
 from loopwatch.findings import Severity
 from loopwatch.scan import Scanner
+from loopwatch.state import RunState
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may download weights
 
@@ -160,7 +160,7 @@ def test_findings_need_two_speakers_and_state_stays_json(
             assert len(finding.steps) >= 2
             if finding.severity is Severity.STOP:
                 assert len(finding.steps) >= 3
-        assert orjson.loads(orjson.dumps(state)) == state
+        assert RunState.from_bytes(state.to_bytes()) == state
 
 
 def _solved(meta: dict[str, Any]) -> bool:

@@ -200,7 +200,7 @@ def test_bare_decorator_uses_one_shared_default_guard() -> None:
     shared = decorator._default_guard
     assert shared is not None
     state = shared.state("bare-decorator-test")
-    assert state is not None and state["n"] == 4
+    assert state is not None and state.n == 4
 
 
 @settings(max_examples=40, deadline=None)

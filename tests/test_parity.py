@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loopwatch import Config, Guard, scan
 from loopwatch.engine import Engine, new_state
 from loopwatch.events import Event
+from loopwatch.state import RunState
 
 PLAN = (
     "I will analyze the requirements, then consider the options, and choose the most "
@@ -83,15 +83,15 @@ def test_scan_equals_guard_replay(run_events: list[dict[str, Any]], on_loop: str
 
 @settings(max_examples=150, deadline=None)
 @given(run_events=runs)
-def test_state_survives_json_round_trip_between_steps(run_events: list[dict[str, Any]]) -> None:
+def test_state_survives_a_bytes_round_trip_between_steps(run_events: list[dict[str, Any]]) -> None:
     engine = Engine(Config().detectors())
     plain, shipped = new_state(), new_state()
     for ev in run_events:
         direct = engine.step(plain, Event.from_dict(ev))
-        shipped = orjson.loads(orjson.dumps(shipped))
+        shipped = RunState.from_bytes(shipped.to_bytes())
         via_store = engine.step(shipped, Event.from_dict(ev))
         assert direct == via_store
-    assert orjson.loads(orjson.dumps(plain)) == orjson.loads(orjson.dumps(shipped))
+    assert plain == shipped and plain.to_bytes() == shipped.to_bytes()
 
 
 @settings(max_examples=30, deadline=None)
@@ -102,5 +102,5 @@ def test_state_stays_bounded(run_events: list[dict[str, Any]]) -> None:
     for _ in range(5):  # the same random material, five times over
         for ev in run_events:
             engine.step(state, Event.from_dict(ev))
-    assert len(orjson.dumps(state)) < 64_000
-    assert len(state["calls"]) <= 32
+    assert len(state.to_bytes()) < 64_000
+    assert len(state.calls) <= 32

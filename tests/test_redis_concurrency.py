@@ -2,7 +2,7 @@
 
 Every process sends STEPS events to every one of RUNS runs, all processes walking
 the runs in the same order from a common start, so they collide on the same run
-all the time. Afterwards each run's step counter (``state["n"]``) must equal
+all the time. Afterwards each run's step counter (``state.n``) must equal
 PROCESSES x STEPS and its call counter the calls sent.
 
 The default size keeps the suite fast; the issue's full size is
@@ -81,8 +81,8 @@ def test_concurrent_processes_lose_and_duplicate_no_step(
     for run in range(runs):
         state = store.get(f"run-{run}")
         assert state is not None, f"run-{run} missing"
-        assert state["n"] == procs * steps, f"run-{run}: n={state['n']}"
-        assert state["ncalls"] == calls_per_run, f"run-{run}: ncalls={state['ncalls']}"
+        assert state.n == procs * steps, f"run-{run}: n={state.n}"
+        assert state.ncalls == calls_per_run, f"run-{run}: ncalls={state.ncalls}"
     assert len(store) == runs
     # every write that won was one step; every other script call was a conflict
     # (plus at most one EVAL per process if the server did not have the script yet)

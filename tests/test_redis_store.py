@@ -8,7 +8,6 @@ import sys
 import time
 from typing import Any
 
-import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,6 +20,7 @@ from redis_server import (  # noqa: F401 - imported fixtures are registered by p
 from loopwatch import Config, Guard
 from loopwatch.engine import new_state
 from loopwatch.findings import StoreUnavailable, Verdict
+from loopwatch.state import RunState
 from loopwatch.stores import store_from_url
 from loopwatch.stores.redis import RedisStore
 
@@ -61,7 +61,7 @@ def test_guard_builds_a_redis_store_from_its_url(redis_server: RedisServer, pref
     assert guard.store.prefix == prefix and guard.store.ttl_seconds == 120
     assert guard.observe("r", event(0)).step == 0
     assert guard.state("r") == guard.store.get("r")
-    assert guard.store.get("r")["n"] == 1  # type: ignore[index]
+    assert guard.store.get("r").n == 1  # type: ignore[union-attr]
     guard.close()
 
 
@@ -73,7 +73,7 @@ def test_valkey_urls_reach_the_same_server(
     store = store_from_url(f"{url}?prefix={prefix}", ttl_seconds=60)
     assert Guard(Config(), store=store).observe("r", event(0)).step == 0
     other = RedisStore.from_url(redis_server.url, prefix=prefix)
-    assert other.get("r") is not None and other.get("r")["n"] == 1  # type: ignore[index]
+    assert other.get("r") is not None and other.get("r").n == 1  # type: ignore[union-attr]
     store.close()
     other.close()
 
@@ -83,7 +83,7 @@ def test_unix_socket_url(redis_server: RedisServer, prefix: str) -> None:
     guard = Guard(Config(), store=store)
     assert [guard.observe("r", event(i)).step for i in range(3)] == [0, 1, 2]
     tcp = RedisStore.from_url(redis_server.url, prefix=prefix)
-    assert tcp.get("r")["n"] == 3  # type: ignore[index]
+    assert tcp.get("r").n == 3  # type: ignore[union-attr]
     store.close()
     tcp.close()
 
@@ -149,7 +149,7 @@ def test_one_round_trip_per_step_from_one_worker(redis_server: RedisServer, pref
     for i in range(30):
         guard.observe("r", event(i))
     assert script_calls(redis_server) - before == 30
-    assert store.get("r")["n"] == 30  # type: ignore[index]
+    assert store.get("r").n == 30  # type: ignore[union-attr]
 
 
 def test_two_round_trips_when_workers_alternate(redis_server: RedisServer, prefix: str) -> None:
@@ -170,8 +170,8 @@ def test_a_stale_cache_never_overwrites_newer_state(redis_server: RedisServer, p
     b = RedisStore.from_url(redis_server.url, prefix=prefix)
 
     def bump(state: dict[str, Any]) -> int:
-        state["n"] += 1
-        return int(state["n"])
+        state.n += 1
+        return state.n
 
     assert a.apply("r", bump, new_state) == 1
     assert [b.apply("r", bump, new_state) for _ in range(3)] == [2, 3, 4]
@@ -189,7 +189,7 @@ def test_threads_of_one_process_do_not_lose_steps(redis_server: RedisServer, pre
     with ThreadPoolExecutor(8) as pool:
         verdicts = list(pool.map(lambda i: guard.observe(f"r{i % 4}", event(i)), range(400)))
     for run in range(4):
-        assert store.get(f"r{run}")["n"] == 100  # type: ignore[index]
+        assert store.get(f"r{run}").n == 100  # type: ignore[union-attr]
     steps = sorted(v.step for v in verdicts)
     assert steps == sorted(list(range(100)) * 4)
     assert store.conflicts == 0  # the process's own updates of a run take turns
@@ -209,7 +209,7 @@ def test_async_tasks_and_event_loops(redis_server: RedisServer, prefix: str) -> 
     assert asyncio.run(burst(0)) == list(range(60))
     # a new event loop (asyncio.run again) gets new async connections
     assert asyncio.run(burst(60)) == list(range(60, 120))
-    assert a.get("r")["n"] == 120  # type: ignore[index]
+    assert a.get("r").n == 120  # type: ignore[union-attr]
 
     async def close() -> None:
         await a.aclose()
@@ -325,8 +325,8 @@ def test_state_size_is_bounded_over_a_long_run(redis_server: RedisServer, prefix
         guard.observe("long", event(i))
         if i + 1 in (300, 1000, 3000):
             sizes[i + 1] = raw.hstrlen(store.key("long"), "s")
-    state = orjson.loads(raw.hget(store.key("long"), "s"))  # type: ignore[arg-type]
-    assert state["n"] == 3000
+    state = RunState.from_bytes(raw.hget(store.key("long"), "s"))  # type: ignore[arg-type]
+    assert state.n == 3000
     # Every slot has reached its cap by step 1,000 (the last to fill is spend_velocity's
     # 256-word vocabulary); from there on the state must not grow.
     assert sizes[3000] <= sizes[1000] * 1.1, sizes

@@ -19,6 +19,7 @@ from loopwatch.engine import Engine, new_state
 from loopwatch.events import Event
 from loopwatch.findings import Severity
 from loopwatch.scan import Scanner
+from loopwatch.state import RunState
 
 SCENARIOS = {r["run_id"]: r for r in load_scenarios("semantic_scenarios.jsonl")}
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -119,7 +120,7 @@ def test_state_stays_json_and_stop_needs_a_long_quiet_streak(events: list[dict[s
             if finding.severity is Severity.STOP:
                 assert spending >= 6  # the first spending step can never be quiet
         spending += ev.tokens > 0 or ev.cost > 0
-        assert orjson.loads(orjson.dumps(state)) == state
+        assert RunState.from_bytes(state.to_bytes()) == state
 
 
 def test_state_is_bounded_on_a_long_run() -> None:
@@ -129,7 +130,7 @@ def test_state_is_bounded_on_a_long_run() -> None:
         text = " ".join(f"word{i}x{j}" for j in range(20))
         for raw in turn(i, 50, f"cmd {i}", f"out {i}", text=text):
             engine.step(state, Event.from_dict(raw))
-    assert len(orjson.dumps(state["spend_velocity"])) < 12_000
+    assert len(orjson.dumps(state.slots["spend_velocity"].dump())) < 12_000
 
 
 def test_token_budget_warns_once_then_stops_past_the_cap() -> None:
@@ -168,7 +169,7 @@ def test_time_budget_falls_back_to_the_clock() -> None:
     now[0] = 1011.0
     (finding,) = engine.step(state, Event("model", text="b"))
     assert finding.severity is Severity.STOP and "11 s" in finding.message
-    assert orjson.loads(orjson.dumps(state)) == state
+    assert RunState.from_bytes(state.to_bytes()) == state
 
 
 @pytest.mark.parametrize("factory", [TokenBudget, CostBudget, TimeBudget])

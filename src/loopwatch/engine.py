@@ -4,28 +4,20 @@ The runtime guard calls :meth:`Engine.step` for each event as it happens; the
 offline scan calls the same method for each recorded event. Both therefore see the
 same findings at the same steps, by construction.
 
-Run state is a plain dict of JSON-compatible values and stays bounded: a window of
-compact call records, a few counters, and each detector's own bounded slot.
+Run state is a typed :class:`~loopwatch.state.RunState` and stays bounded: a window
+of call records, a few counters, and each detector's own bounded slot.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Final
 
-from .detectors.base import (
-    C_NAME,
-    C_NORM,
-    C_NOVEL,
-    C_RESULT,
-    C_RSTEP,
-    C_STEP,
-    Context,
-    Detector,
-    preview,
-)
+from .detectors.base import Context, Detector
 from .events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER, Event
 from .findings import Finding, Severity
+from .state import CallRecord, RunState
+from .text import preview
 
 __all__ = ["CALL_WINDOW", "Engine", "new_state"]
 
@@ -39,20 +31,9 @@ _WARNED_MAX: Final = 256
 _RESULTS_SEEN_MAX: Final = 64  # result / user-input fingerprints remembered per run
 
 
-def new_state() -> dict[str, Any]:
+def new_state() -> RunState:
     """A fresh, empty run state."""
-    return {
-        "n": 0,
-        "calls": [],
-        "seen": {},
-        "rseen": {},
-        "pending": {},
-        "epoch": 0,
-        "ncalls": 0,
-        "warned": {},
-        "turn": 0,
-        "talks": False,
-    }
+    return RunState()
 
 
 class Engine:
@@ -76,43 +57,44 @@ class Engine:
                 by_kind.setdefault(kind, []).append(det)
         self._by_kind = {k: tuple(v) for k, v in by_kind.items()}
 
-    def step(self, state: dict[str, Any], event: Event) -> list[Finding]:
+    def step(self, state: RunState, event: Event) -> list[Finding]:
         """Observe one event; return the findings to report for it (warnings deduplicated).
 
         A warning is reported once per (detector, pattern); a stop is reported every
         time it holds, so a guard keeps blocking a call the agent keeps repeating.
         """
-        step = state["n"]
-        state["n"] = step + 1
+        step = state.n
+        state.n = step + 1
         kind = event.kind
         call = None
         if kind == MODEL:
             # One model turn may issue several calls at once (a parallel batch): they
             # are one decision, so detectors count them as one attempt. In a trace
             # with no model events at all, every call is its own turn.
-            state["turn"] += 1
-            state["talks"] = True
-        elif kind == TOOL_CALL and not state["talks"]:
-            state["turn"] += 1
+            state.turn += 1
+            state.talks = True
+        elif kind == TOOL_CALL and not state.talks:
+            state.turn += 1
         if kind == TOOL_CALL:
             if self.exempt_tools and event.name in self.exempt_tools:
                 if event.id is not None:
-                    state["pending"][event.id] = -1  # its result is exempt too
+                    state.pending[event.id] = -1  # its result is exempt too
                 return []
             call = _record_call(state, event, step)
         elif kind == TOOL_RESULT:
             if self.exempt_tools and (
                 event.name in self.exempt_tools
-                or (event.id is not None and state["pending"].get(event.id) == -1)
+                or (event.id is not None and state.pending.get(event.id) == -1)
             ):
-                state["pending"].pop(event.id, None)
+                if event.id is not None:
+                    state.pending.pop(event.id, None)
                 return []
             call = _record_result(state, event, step)
         detectors = self._by_kind.get(kind)
         if not detectors:
             return []
         if kind == TOOL_CALL:
-            novel = bool(call[C_NOVEL]) if call is not None else True
+            novel = call.novel if call is not None else True
         elif kind in (TOOL_RESULT, USER):
             key = event.result_key if kind == TOOL_RESULT else "u" + event.text_key
             novel = _note_seen(state, key)
@@ -125,7 +107,7 @@ class Engine:
             if found is None:
                 continue
             if found.severity is Severity.WARN:
-                warned = state["warned"]
+                warned = state.warned
                 key = f"{found.detector}:{found.pattern}"
                 if key in warned:
                     continue
@@ -136,52 +118,44 @@ class Engine:
         return findings
 
 
-def _record_call(state: dict[str, Any], event: Event, step: int) -> list[Any]:
+def _record_call(state: RunState, event: Event, step: int) -> CallRecord:
     """Append the call to the shared window; mark it novel if its key is new there."""
     norm = event.norm_key
-    seen: dict[str, int] = state["seen"]
+    seen = state.seen
     novel = norm not in seen
     if novel:
-        state["epoch"] += 1
+        state.epoch += 1
     seen[norm] = seen.get(norm, 0) + 1
-    rec = [
-        step,
-        event.call_key,
-        norm,
-        event.name or "",
-        None,
-        None,
-        novel,
-        _args_preview(event),
-        state["turn"],
-    ]
-    calls: list[list[Any]] = state["calls"]
+    rec = CallRecord(
+        step, event.call_key, norm, event.name or "", novel, _args_preview(event), state.turn
+    )
+    calls = state.calls
     calls.append(rec)
-    state["ncalls"] += 1
+    state.ncalls += 1
     if len(calls) > CALL_WINDOW:
-        old = calls.pop(0)[C_NORM]
+        old = calls.pop(0).norm
         left = seen[old] - 1
         if left:
             seen[old] = left
         else:
             del seen[old]
     if event.id is not None:
-        pending: dict[str, int] = state["pending"]
+        pending = state.pending
         pending[event.id] = step
         if len(pending) > _PENDING_MAX:
             del pending[next(iter(pending))]
     return rec
 
 
-def _note_seen(state: dict[str, Any], key: str) -> bool:
+def _note_seen(state: RunState, key: str) -> bool:
     """Record a result or input fingerprint; True if it was not among the recent ones.
 
     Shared by every detector that asks "was this new?", so the question is answered
     once per event and the run keeps one bounded set of fingerprints, not one each.
     """
-    seen: dict[str, int] = state["rseen"]
+    seen = state.rseen
     new = seen.pop(key, None) is None
-    seen[key] = state["n"]
+    seen[key] = state.n
     if len(seen) > _RESULTS_SEEN_MAX:
         del seen[next(iter(seen))]
     return new
@@ -194,36 +168,36 @@ def _args_preview(event: Event) -> str:
     return preview(raw[:200].decode("utf-8", "ignore"))
 
 
-def _record_result(state: dict[str, Any], event: Event, step: int) -> list[Any] | None:
+def _record_result(state: RunState, event: Event, step: int) -> CallRecord | None:
     """Attach the result to its call: by id when given, else the oldest call still
     waiting for a result (traces without ids list results in call order)."""
-    calls: list[list[Any]] = state["calls"]
+    calls = state.calls
     rec = None
     if event.id is not None:
-        call_step = state["pending"].pop(event.id, None)
+        call_step = state.pending.pop(event.id, None)
         if call_step is not None:
             for r in reversed(calls):
-                if r[C_STEP] == call_step:
+                if r.step == call_step:
                     rec = r
                     break
     if rec is None:
         for r in calls:
-            if r[C_RSTEP] is None and (event.name is None or r[C_NAME] == event.name):
+            if r.rstep is None and (event.name is None or r.name == event.name):
                 rec = r
                 break
         else:
             # A result whose call we never saw, or named differently (python ->
             # code_execution): fall back to the latest call without a result.
             for r in reversed(calls):
-                if r[C_RSTEP] is None:
+                if r.rstep is None:
                     rec = r
                     break
     if rec is None:
         return None
-    rec[C_RESULT] = event.result_key
-    rec[C_RSTEP] = step
-    if event.error and rec[C_NOVEL]:
+    rec.result = event.result_key
+    rec.rstep = step
+    if event.error and rec.novel:
         # A new call that failed taught nothing: take back the progress its call
         # counted, so a repeat around failed attempts is still a repeat.
-        state["epoch"] -= 1
+        state.epoch -= 1
     return rec

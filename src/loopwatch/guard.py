@@ -103,7 +103,7 @@ class Guard:
         engine, policy = self.engine, self.policy
 
         def step(state: State) -> Verdict:
-            n = state["n"]
+            n = state.n
             findings = engine.step(state, ev)
             if not findings:
                 return Verdict(Action.OK, n)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from .events import TOOL_CALL
 from .findings import Action, Finding, Severity, Verdict
+from .state import RunState
 
 __all__ = ["ON_LOOP_CHOICES", "OnLoop", "Policy"]
 
@@ -35,7 +36,7 @@ class Policy:
         self.max_skips = max_skips
 
     def decide(
-        self, step: int, kind: str, findings: list[Finding], state: dict[str, Any] | None = None
+        self, step: int, kind: str, findings: list[Finding], state: RunState | None = None
     ) -> Verdict:
         """The verdict for one step; ``state`` (the run state) counts skips for escalation."""
         if not findings:
@@ -45,13 +46,13 @@ class Policy:
             if self.on_loop == "stop":
                 action = Action.STOP
             elif self.on_loop == "skip":
-                skips = state.get("skips", 0) if state is not None else 0
+                skips = state.skips if state is not None else 0
                 if skips >= self.max_skips:
                     action = Action.STOP
                 elif kind == TOOL_CALL:
                     action = Action.SKIP
                     if state is not None:
-                        state["skips"] = skips + 1
+                        state.skips = skips + 1
                 else:
                     action = Action.WARN
             else:

@@ -1,31 +1,24 @@
 """What every detector is: a small object that looks at one event in context.
 
-Detectors keep their own per-run state in ``ctx.state[self.name]`` as plain
-JSON-compatible values (dicts with str keys, lists, numbers, strings), so one run's
-state can be serialised as-is to a shared store. They must be deterministic: the
-same events in the same order give the same findings, which is what makes the
-offline scan and the runtime guard agree.
+A detector keeps its per-run state in a typed slot of the run's
+:class:`~loopwatch.state.RunState` (a :class:`~loopwatch.state.DetectorState`
+subclass it declares, fetched with ``ctx.state.slot(self.name, MyState)``), so one
+run's state serialises to a shared store. Detectors must be deterministic: the same
+events in the same order give the same findings, which is what makes the offline
+scan and the runtime guard agree.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, ClassVar, Final
+from typing import ClassVar, Protocol, TypeVar
 
 from ..events import Event
 from ..findings import Finding, Severity
+from ..state import CallRecord, RunState
 from ..text import preview
 
 __all__ = [
-    "C_ARGS",
-    "C_KEY",
-    "C_NAME",
-    "C_NORM",
-    "C_NOVEL",
-    "C_RESULT",
-    "C_RSTEP",
-    "C_STEP",
-    "C_TURN",
     "Context",
     "Detector",
     "DetectorSet",
@@ -34,17 +27,6 @@ __all__ = [
     "severity_for",
     "trim",
 ]
-
-# Layout of a call record in the shared call window (a list, so it serialises as JSON).
-C_STEP: Final = 0  # event index of the tool_call
-C_KEY: Final = 1  # exact call key
-C_NORM: Final = 2  # normalised call key
-C_NAME: Final = 3  # tool name
-C_RESULT: Final = 4  # result key, None until the result is observed ("E..." = error)
-C_RSTEP: Final = 5  # event index of the tool_result, or None
-C_NOVEL: Final = 6  # True if the normalised key was not in the window when called
-C_ARGS: Final = 7  # short preview of the arguments, for messages
-C_TURN: Final = 8  # the model turn the call was issued in (see Context.turn)
 
 
 class Context:
@@ -56,8 +38,8 @@ class Context:
         self,
         step: int,
         event: Event,
-        state: dict[str, Any],
-        call: list[Any] | None,
+        state: RunState,
+        call: CallRecord | None,
         novel: bool = False,
     ) -> None:
         self.step = step
@@ -72,14 +54,14 @@ class Context:
     def epoch(self) -> int:
         """Progress marker: novel calls (not in the window) made so far, minus those
         that failed. Unchanged between two calls means nothing new was tried."""
-        return int(self.state["epoch"])
+        return self.state.epoch
 
     @property
     def turn(self) -> int:
         """The model turn this event belongs to: calls issued together (after one
         model output, before the next) share it; without model events, each call
         is its own turn."""
-        return int(self.state.get("turn", 0))
+        return self.state.turn
 
     @property
     def batched(self) -> bool:
@@ -90,14 +72,13 @@ class Context:
         rec = self.call
         if rec is None:
             return False
-        turn, key, step = rec[C_TURN], rec[C_KEY], rec[C_STEP]
-        return any(c[C_TURN] == turn and c[C_KEY] != key and c[C_STEP] < step for c in self.calls)
+        turn, key, step = rec.turn, rec.key, rec.step
+        return any(c.turn == turn and c.key != key and c.step < step for c in self.state.calls)
 
     @property
-    def calls(self) -> list[list[Any]]:
+    def calls(self) -> list[CallRecord]:
         """The window of recent call records, oldest first."""
-        calls: list[list[Any]] = self.state["calls"]
-        return calls
+        return self.state.calls
 
 
 class Detector:
@@ -111,13 +92,6 @@ class Detector:
 
     def observe(self, ctx: Context) -> Finding | None:  # pragma: no cover - abstract
         raise NotImplementedError
-
-    def my_state(self, ctx: Context, factory: type = dict) -> Any:
-        """This detector's slot in the run state, created on first use."""
-        st = ctx.state.get(self.name)
-        if st is None:
-            st = ctx.state[self.name] = factory()
-        return st
 
     def __or__(self, other: Detector | DetectorSet) -> DetectorSet:
         return DetectorSet((self,)) | other
@@ -172,21 +146,30 @@ def severity_for(
     return None
 
 
-def trim(items: list[Any], limit: int) -> None:
+T = TypeVar("T")
+
+
+def trim(items: list[T], limit: int) -> None:
     """Keep only the last ``limit`` items of a list, in place."""
     if len(items) > limit:
         del items[: len(items) - limit]
 
 
-def note_novelty(slot: dict[str, Any], ctx: Context) -> bool:
+class Marked(Protocol):
+    """A detector state with a novelty mark (see :func:`note_novelty`)."""
+
+    mark: int
+
+
+def note_novelty(slot: Marked, ctx: Context) -> bool:
     """Record whether this event brings new information; return True if it does.
 
     The engine answers "is it new?" once per event (:attr:`Context.novel`: a call not
     in the window, a result or user input not among the run's recent ones); each new
-    piece bumps ``slot["mark"]``, so a detector can tell "nothing new happened since
-    X" by comparing marks. The slot is the caller's own per-run state dict.
+    piece bumps ``slot.mark``, so a detector can tell "nothing new happened since X"
+    by comparing marks.
     """
     if ctx.novel:
-        slot["mark"] = slot.get("mark", 0) + 1
+        slot.mark += 1
         return True
     return False

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from typing import final
+
 from ..events import MODEL
 from ..findings import Finding, Severity
+from ..state import DetectorState
 from .base import Context, Detector
+
+
+@final
+class CapState(DetectorState):
+    """Model turns taken so far."""
+
+    __slots__ = ("turns",)
+
+    def __init__(self) -> None:
+        self.turns = 0
 
 
 class IterationCap(Detector):
@@ -26,8 +39,9 @@ class IterationCap(Detector):
         cap = self.max_iterations
         if cap is None:
             return None
-        st: dict[str, int] = self.my_state(ctx)
-        turns = st["turns"] = st.get("turns", 0) + 1
+        st = ctx.state.slot(self.name, CapState)
+        st.turns += 1
+        turns = st.turns
         warn_at = max(1, int(cap * self.warn_ratio))
         if turns > cap:
             severity = Severity.STOP

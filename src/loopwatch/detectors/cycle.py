@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..events import TOOL_CALL
 from ..findings import Finding, Severity
-from .base import C_NAME, C_NORM, C_NOVEL, C_RESULT, C_STEP, Context, Detector, severity_for
+from ..state import CallRecord
+from .base import Context, Detector, severity_for
 
 
 class Cycle(Detector):
@@ -52,22 +51,22 @@ class Cycle(Detector):
             self.name = "name_cycle"  # type: ignore[misc]
 
     def observe(self, ctx: Context) -> Finding | None:
-        if ctx.call is not None and ctx.call[C_NOVEL] and self.level == "call":
+        if ctx.call is not None and ctx.call.novel and self.level == "call":
             return None  # a call not in the window cannot close a cycle
         calls = ctx.calls
         n = len(calls)
         by_name = self.level == "name"
-        kpos = C_NAME if by_name else C_NORM
+        keys = [c.name for c in calls] if by_name else [c.norm for c in calls]
         # Length of the run of identical consecutive keys ending here: if the whole
         # match is a single call repeated, it is RepeatedCall's business.
         same = 1
-        last = calls[-1][kpos]
-        while same < n and calls[-1 - same][kpos] == last:
+        last = keys[-1]
+        while same < n and keys[-1 - same] == last:
             same += 1
         for period in range(2, self.max_period + 1):
             if n < 2 * period:
                 break
-            run = _match_run(calls, period, kpos, by_name)
+            run = _match_run(calls, keys, period, by_name)
             repeats = (run + period) // period
             if repeats < 2 or same >= run + period:
                 continue
@@ -75,15 +74,15 @@ class Cycle(Detector):
             if severity is None:
                 continue
             cyc = calls[n - period :]
-            names = " -> ".join(c[C_NAME] for c in cyc)
-            steps = tuple(c[C_STEP] for c in calls[n - min(n, run + period) :])
+            names = " -> ".join(c.name for c in cyc)
+            steps = tuple(c.step for c in calls[n - min(n, run + period) :])
             what = "the same tools" if by_name else "the same calls and results"
             action = (
                 "Break the cycle: use what you have learned or try something different."
                 if severity is Severity.WARN
                 else "Stop: this cycle is not producing anything new."
             )
-            pattern = "|".join(sorted(c[kpos] for c in cyc))
+            pattern = "|".join(sorted(keys[n - period :]))
             return Finding(
                 self.name,
                 severity,
@@ -95,17 +94,15 @@ class Cycle(Detector):
         return None
 
 
-def _match_run(calls: list[list[Any]], period: int, kpos: int, by_name: bool) -> int:
+def _match_run(calls: list[CallRecord], keys: list[str], period: int, by_name: bool) -> int:
     """How many positions, counted back from the newest, equal the one a period earlier."""
     n = len(calls)
     run = 0
     for i in range(n - 1, period - 1, -1):
-        a = calls[i]
-        b = calls[i - period]
-        if a[kpos] != b[kpos]:
+        if keys[i] != keys[i - period]:
             break
         if not by_name and i != n - 1:
-            ra, rb = a[C_RESULT], b[C_RESULT]
+            ra, rb = calls[i].result, calls[i - period].result
             if ra is not None and rb is not None and ra != rb:
                 break
         run += 1

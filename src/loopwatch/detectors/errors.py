@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 from ..events import TOOL_RESULT
 from ..findings import Finding
-from .base import C_ARGS, C_NAME, Context, Detector, preview, severity_for, trim
+from ..state import DetectorState, Tally, dump_map, load_map
+from .base import Context, Detector, preview, severity_for, trim
 
 _KEYS_MAX = 32
 _STEPS_MAX = 8
+
+
+@final
+class ErrorState(DetectorState):
+    """Failures since the last success: by error signature and by tool."""
+
+    __slots__ = ("errors", "tools")
+
+    def __init__(self) -> None:
+        self.errors: dict[str, Tally] = {}  # error key -> failures (LRU, at most 32)
+        self.tools: dict[str, Tally] = {}  # tool name -> failures in a row
+
+    def dump(self) -> Any:
+        return [dump_map(self.errors), dump_map(self.tools)]
+
+    @classmethod
+    def load(cls, data: Any) -> ErrorState:
+        st = cls()
+        st.errors, st.tools = load_map(Tally, data[0]), load_map(Tally, data[1])
+        return st
 
 
 class ErrorLoop(Detector):
@@ -48,12 +69,11 @@ class ErrorLoop(Detector):
         self.tool_stop_at = tool_stop_at
 
     def observe(self, ctx: Context) -> Finding | None:
-        st: dict[str, Any] = self.my_state(ctx)
-        errs: dict[str, list[Any]] = st.setdefault("errors", {})
-        tools: dict[str, list[Any]] = st.setdefault("tools", {})
+        st = ctx.state.slot(self.name, ErrorState)
+        errs, tools = st.errors, st.tools
         ev = ctx.event
         rec = ctx.call
-        tool = ev.name or (rec[C_NAME] if rec else "")
+        tool = ev.name or (rec.name if rec else "")
         if not ev.error:
             # A success resets both counts: something worked, something moved (an
             # edit between two failing builds is progress for the build).
@@ -64,38 +84,40 @@ class ErrorLoop(Detector):
         # Failures of different calls issued together in one turn (a parallel batch
         # all hitting the same broken tool) are one attempt, not several.
         attempt = 0 if ctx.batched else 1
-        entry = errs.pop(key, None) or [0, []]
-        entry[0] += attempt
-        entry[1].append(ctx.step)
-        trim(entry[1], _STEPS_MAX)
+        entry = errs.pop(key, None) or Tally()
+        entry.count += attempt
+        entry.steps.append(ctx.step)
+        trim(entry.steps, _STEPS_MAX)
         errs[key] = entry
         if len(errs) > _KEYS_MAX:
             del errs[next(iter(errs))]
-        t_entry = tools.setdefault(tool, [0, []])
-        t_entry[0] += attempt
-        t_entry[1].append(ctx.step)
-        trim(t_entry[1], _STEPS_MAX)
-        args = f"({rec[C_ARGS]})" if rec else ""
-        severity = severity_for(entry[0], self.warn_at, self.stop_at)
+        t_entry = tools.get(tool)
+        if t_entry is None:
+            t_entry = tools[tool] = Tally()
+        t_entry.count += attempt
+        t_entry.steps.append(ctx.step)
+        trim(t_entry.steps, _STEPS_MAX)
+        args = f"({rec.args})" if rec else ""
+        severity = severity_for(entry.count, self.warn_at, self.stop_at)
         if severity is not None:
             return Finding(
                 self.name,
                 severity,
                 ctx.step,
-                tuple(entry[1]),
-                f"The same error came back {entry[0]} times (last from {tool}{args}): "
+                tuple(entry.steps),
+                f"The same error came back {entry.count} times (last from {tool}{args}): "
                 f"{preview(ev.text, 100)!r}. Retrying will not fix it: read the error and "
                 "change what you do.",
                 key,
             )
-        severity = severity_for(t_entry[0], self.tool_warn_at, self.tool_stop_at)
+        severity = severity_for(t_entry.count, self.tool_warn_at, self.tool_stop_at)
         if severity is not None:
             return Finding(
                 self.name,
                 severity,
                 ctx.step,
-                tuple(t_entry[1]),
-                f"{tool} failed {t_entry[0]} times in a row. Stop and work out why it fails "
+                tuple(t_entry.steps),
+                f"{tool} failed {t_entry.count} times in a row. Stop and work out why it fails "
                 "before calling it again.",
                 "tool:" + tool,
             )

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from types import MappingProxyType
-from typing import Any
 
 from ..events import TOOL_CALL
 from ..findings import Finding
-from .base import C_NAME, C_STEP, Context, Detector, severity_for
+from .base import Context, Detector, severity_for
 
 _NO_OVERRIDES: Mapping[str, tuple[int, int | None]] = MappingProxyType({})
 
@@ -43,16 +42,16 @@ class Frequency(Detector):
         self.exempt = frozenset(exempt)
 
     def observe(self, ctx: Context) -> Finding | None:
-        name = ctx.call[C_NAME] if ctx.call else ""
+        name = ctx.call.name if ctx.call else ""
         if name in self.exempt:
             return None
-        recent: list[list[Any]] = ctx.calls[-self.window :]
-        count = sum(1 for c in recent if c[C_NAME] == name)
+        recent = ctx.calls[-self.window :]
+        count = sum(1 for c in recent if c.name == name)
         warn_at, stop_at = self.per_tool.get(name, (self.warn_at, self.stop_at))
         severity = severity_for(count, warn_at, stop_at)
         if severity is None:
             return None
-        steps = tuple(c[C_STEP] for c in recent if c[C_NAME] == name)
+        steps = tuple(c.step for c in recent if c.name == name)
         return Finding(
             self.name,
             severity,

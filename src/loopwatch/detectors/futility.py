@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import final
 
 from ..events import TOOL_CALL, TOOL_RESULT, USER, is_noop_command, shell_command
 from ..findings import Finding, Severity
+from ..state import CallRecord, DetectorState
 from ..text import contentless
-from .base import C_KEY, C_NAME, C_STEP, Context, Detector, severity_for, trim
+from .base import Context, Detector, severity_for, trim
 
 _STEPS_MAX = 8  # evidence steps kept
 _NOOPS_MAX = 8  # no-op calls still waiting for their result
@@ -33,12 +34,26 @@ _ADVICE = {
 }
 
 
-def _new_exact(ctx: Context, rec: list[Any]) -> bool:
+@final
+class FutilityState(DetectorState):
+    """The run's count of futile steps since the last progress, and its evidence."""
+
+    __slots__ = ("count", "noops", "start", "steps", "why")
+
+    def __init__(self) -> None:
+        self.count: float = 0  # weighted futile steps (halved by each progress)
+        self.start = 0  # event index where the current count started
+        self.steps: list[int] = []  # evidence: the last few futile steps
+        self.why: dict[str, int] = {}  # kind of futility -> steps of that kind
+        self.noops: list[int] = []  # steps of no-op calls whose result is pending
+
+
+def _new_exact(ctx: Context, rec: CallRecord) -> bool:
     """Whether no earlier call in the window had exactly these arguments. Exact, not
     normalised: two edits that differ only in escaping or word order change the file
     differently, so the second one's "ok" is still news."""
-    key = rec[C_KEY]
-    return not any(c[C_KEY] == key for c in ctx.calls if c is not rec)
+    key = rec.key
+    return not any(c.key == key for c in ctx.calls if c is not rec)
 
 
 class Futility(Detector):
@@ -83,15 +98,14 @@ class Futility(Detector):
         self.stop_at = stop_at
 
     def observe(self, ctx: Context) -> Finding | None:
-        st: dict[str, Any] = self.my_state(ctx)
+        st = ctx.state.slot(self.name, FutilityState)
         ev = ctx.event
         kind = ev.kind
         if kind == TOOL_CALL:
             command = shell_command(ev.args)
             if command is not None and is_noop_command(command):
-                noops: list[int] = st.setdefault("noops", [])
-                noops.append(ctx.step)
-                trim(noops, _NOOPS_MAX)
+                st.noops.append(ctx.step)
+                trim(st.noops, _NOOPS_MAX)
             return None
         # "Seen before" is the engine's answer (ctx.novel): the result's key among the
         # run's last 64 results and user inputs. An error's key is its signature, so
@@ -103,11 +117,10 @@ class Futility(Detector):
                 return self._progress(st)
             return self._futile(ctx, st, _USER, "the user", _USER_WEIGHT)
         rec = ctx.call
-        pending: list[int] | None = st.get("noops")
-        if rec is not None and pending and rec[C_STEP] in pending:
-            pending.remove(rec[C_STEP])
-            return self._futile(ctx, st, _NOOP, rec[C_NAME], _NOOP_WEIGHT)
-        tool = ev.name or (rec[C_NAME] if rec is not None else "the tool")
+        if rec is not None and rec.step in st.noops:
+            st.noops.remove(rec.step)
+            return self._futile(ctx, st, _NOOP, rec.name, _NOOP_WEIGHT)
+        tool = ev.name or (rec.name if rec is not None else "the tool")
         if ev.error:
             return self._futile(ctx, st, _SAME, tool) if seen else None
         if seen and not (contentless(ev.text) and (rec is None or _new_exact(ctx, rec))):
@@ -115,34 +128,33 @@ class Futility(Detector):
         return self._progress(st)
 
     @staticmethod
-    def _progress(st: dict[str, Any]) -> None:
+    def _progress(st: FutilityState) -> None:
         """Progress halves the count (below 2 it clears): one new result after a
         stretch of futile steps is weaker evidence than the stretch, so the evidence
         decays instead of vanishing. Measured against a full reset: labelled coding
         loops stopped 25/30 -> 28/30, p90 lateness 19 -> 15 events; the one extra
         solved run stopped is itself labelled a loop."""
-        count = st.get("count", 0)
-        count = st["count"] = count / 2 if count >= 2 else 0
-        if count:
+        st.count = st.count / 2 if st.count >= 2 else 0
+        if st.count:
             return
-        st["steps"] = []
-        st["why"] = {}
+        st.steps = []
+        st.why = {}
 
     def _futile(
-        self, ctx: Context, st: dict[str, Any], why: str, who: str, weight: float = 1.0
+        self, ctx: Context, st: FutilityState, why: str, who: str, weight: float = 1.0
     ) -> Finding | None:
-        before = st.get("count", 0)
+        before = st.count
         if ctx.event.error and ctx.batched:
             # A parallel batch from one turn hitting the same broken tool is one
             # failed attempt (a loop=false corpus run fails six globs at once).
             weight = 0
-        count = st["count"] = before + weight
-        steps: list[int] = st.setdefault("steps", [])
+        count = st.count = before + weight
+        steps = st.steps
         if not steps:
-            st["start"] = ctx.step
+            st.start = ctx.step
         steps.append(ctx.step)
         trim(steps, _STEPS_MAX)
-        reasons: dict[str, int] = st.setdefault("why", {})
+        reasons = st.why
         reasons[why] = reasons.get(why, 0) + 1
         severity = severity_for(count, self.warn_at, self.stop_at, before)
         if severity is None:
@@ -162,5 +174,5 @@ class Futility(Detector):
                 if severity is Severity.WARN
                 else " Stop repeating it: change approach or finish with what you have."
             ),
-            f"futile@{st['start']}",
+            f"futile@{st.start}",
         )

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, final
 
 from ..embeddings import Comparer, Embedder, EmbeddingCache, resolve_embedder
 from ..events import MODEL, SPAN, TOOL_CALL, TOOL_RESULT, USER
 from ..findings import Finding, Severity
+from ..state import DetectorState, Record, dump_map, load_map
 from ..text import WORD, fingerprint
 from .base import Context, Detector, note_novelty, preview, severity_for, trim
 
@@ -42,6 +43,68 @@ def _overlap(a: dict[str, int], b: dict[str, int]) -> float:
     if not a or not b:
         return 0.0
     return len(a.keys() & b.keys()) / max(len(a), len(b))
+
+
+@final
+class Message(Record):
+    """A message between two agents, kept to compare the next ones with."""
+
+    __slots__ = ("fp", "sender", "text", "words")
+
+    def __init__(self, sender: str, fp: str, text: str, words: dict[str, int]) -> None:
+        self.sender = sender
+        self.fp = fp  # fingerprint of the text
+        self.text = text  # clipped
+        self.words = words  # content words (dict keys: a set that serialises)
+
+
+@final
+class Exchange(Record):
+    """What passed between one pair of agents since the run last learned something."""
+
+    __slots__ = ("mark", "n", "recent", "steps", "who")
+
+    def __init__(self, mark: int) -> None:
+        self.mark = mark  # the run's novelty mark when the exchange (re)started
+        self.n = 0  # restated messages in a row
+        self.who: list[str] = []  # senders of the restatements
+        self.recent: list[Message] = []  # the last few messages (at most 4)
+        self.steps: list[int] = []  # evidence
+
+    def dump(self) -> Any:
+        return [self.mark, self.n, self.who, [m.dump() for m in self.recent], self.steps]
+
+    @classmethod
+    def load(cls, data: Any) -> Exchange:
+        mark, n, who, recent, steps = data
+        ex = cls(mark)
+        ex.n, ex.who, ex.steps = n, who, steps
+        ex.recent = [Message.load(m) for m in recent]
+        return ex
+
+
+@final
+class PingPongState(DetectorState):
+    """Exchanges by agent pair, who addressed whom, and agent spans by id."""
+
+    __slots__ = ("asked", "last", "mark", "pairs", "spans")
+
+    def __init__(self) -> None:
+        self.mark = 0  # novelty mark (see note_novelty)
+        self.last: str | None = None  # the last sender
+        self.pairs: dict[str, Exchange] = {}  # "a<>b" -> exchange (LRU, at most 8)
+        self.asked: dict[str, str] = {}  # agent -> who last addressed it
+        self.spans: dict[str, str] = {}  # span id -> agent name
+
+    def dump(self) -> Any:
+        return [self.mark, self.last, dump_map(self.pairs), self.asked, self.spans]
+
+    @classmethod
+    def load(cls, data: Any) -> PingPongState:
+        st = cls()
+        st.mark, st.last, pairs, st.asked, st.spans = data
+        st.pairs = load_map(Exchange, pairs)
+        return st
 
 
 class PingPong(Detector):
@@ -107,7 +170,7 @@ class PingPong(Detector):
         self._compare = Comparer(cache, similarity, min_words=3) if cache is not None else None
 
     def observe(self, ctx: Context) -> Finding | None:
-        st: dict[str, Any] = self.my_state(ctx)
+        st = ctx.state.slot(self.name, PingPongState)
         ev = ctx.event
         kind = ev.kind
         if kind in (TOOL_CALL, TOOL_RESULT, USER):
@@ -116,38 +179,38 @@ class PingPong(Detector):
         sender, recipient, text = self._message(st, ctx)
         if sender is None:
             return None
-        st["last"] = sender
+        st.last = sender
         if recipient is None or recipient == sender or not text:
             return None
         text = text[:_TEXT_CHARS]
         pair = "<>".join(sorted((sender, recipient)))
-        pairs: dict[str, dict[str, Any]] = st.setdefault("pairs", {})
+        pairs = st.pairs
         entry = pairs.pop(pair, None)
-        mark = st.get("mark", 0)
-        if entry is None or entry["mark"] != mark:
-            entry = {"mark": mark, "n": 0, "who": [], "recent": [], "steps": []}
+        mark = st.mark
+        if entry is None or entry.mark != mark:
+            entry = Exchange(mark)
         words = _content(text)
         fp = fingerprint(text)
-        restates = any(self._same(old, fp, text, words) for old in entry["recent"])
+        restates = any(self._same(old, fp, text, words) for old in entry.recent)
         if restates:
-            entry["n"] += 1
-            if sender not in entry["who"]:
-                entry["who"].append(sender)
-            entry["steps"].append(ctx.step)
-            trim(entry["steps"], _STEPS_MAX)
+            entry.n += 1
+            if sender not in entry.who:
+                entry.who.append(sender)
+            entry.steps.append(ctx.step)
+            trim(entry.steps, _STEPS_MAX)
         else:
-            entry["n"] = 0
-            entry["who"] = []
-            entry["steps"] = [ctx.step]
-        recent: list[list[Any]] = entry["recent"]
-        recent.append([sender, fp, text, words])
+            entry.n = 0
+            entry.who = []
+            entry.steps = [ctx.step]
+        recent = entry.recent
+        recent.append(Message(sender, fp, text, words))
         trim(recent, _RECENT)
         pairs[pair] = entry
         if len(pairs) > _PAIRS_MAX:
             del pairs[next(iter(pairs))]
-        if not restates or len(entry["who"]) < 2:
+        if not restates or len(entry.who) < 2:
             return None
-        count = entry["n"]
+        count = entry.n
         severity = severity_for(count, self.warn_at, self.stop_at)
         if severity is None:
             return None
@@ -161,28 +224,28 @@ class PingPong(Detector):
             self.name,
             severity,
             ctx.step,
-            tuple(entry["steps"]),
+            tuple(entry.steps),
             f"{a} and {b} have passed the same request back and forth {count} times "
             f"(latest from {sender}: {preview(text, 60)!r}). {action}",
-            f"{pair}@{entry['steps'][0]}",
+            f"{pair}@{entry.steps[0]}",
         )
 
-    def _same(self, old: list[Any], fp: str, text: str, words: dict[str, int]) -> bool:
-        if old[1] == fp or _overlap(old[3], words) >= self.overlap:
+    def _same(self, old: Message, fp: str, text: str, words: dict[str, int]) -> bool:
+        if old.fp == fp or _overlap(old.words, words) >= self.overlap:
             return True
         if self._compare is None:
             return False
-        return self._compare.same((old[1], old[2]), (fp, text))
+        return self._compare.same((old.fp, old.text), (fp, text))
 
     @staticmethod
-    def _message(st: dict[str, Any], ctx: Context) -> tuple[str | None, str | None, str]:
+    def _message(st: PingPongState, ctx: Context) -> tuple[str | None, str | None, str]:
         """(sender, recipient, text) of a message or handoff; sender None if neither."""
         ev = ctx.event
         if ev.kind == MODEL:
             sender = ev.agent
             if not sender:
                 return None, None, ""
-            asked: dict[str, str] = st.setdefault("asked", {})
+            asked = st.asked
             if ev.to:
                 asked.pop(ev.to, None)
                 asked[ev.to] = sender  # who last addressed ev.to: its reply goes back there
@@ -193,9 +256,9 @@ class PingPong(Detector):
                 # a run that addresses messages: an unaddressed one is a reply to whoever
                 # last addressed this agent, or a note to nobody (a ledger, a thought)
                 return sender, asked.get(sender), ev.text.strip()
-            return sender, st.get("last"), ev.text.strip()  # group chat: reply to last speaker
+            return sender, st.last, ev.text.strip()  # group chat: reply to last speaker
         # span: remember agent spans; one opened under another agent's span is a handoff
-        spans: dict[str, str] = st.setdefault("spans", {})
+        spans = st.spans
         if (ev.type or "").lower() not in _AGENT_SPANS or not ev.name:
             return None, None, ""
         if ev.id is not None:

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import final
 
 from ..events import TOOL_RESULT
 from ..findings import Finding
+from ..state import DetectorState
 from ..text import contentless
-from .base import C_NAME, C_NOVEL, Context, Detector, severity_for, trim
+from .base import Context, Detector, severity_for, trim
 
 _STEPS_MAX = 10
+
+
+@final
+class NoProgressState(DetectorState):
+    """The current streak of stale results."""
+
+    __slots__ = ("count", "start", "steps")
+
+    def __init__(self) -> None:
+        self.count = 0  # stale results in a row
+        self.start = 0  # event index of the streak's first stale result
+        self.steps: list[int] = []  # evidence: the last few stale results
 
 
 class NoProgress(Detector):
@@ -39,9 +52,9 @@ class NoProgress(Detector):
         self.stop_at = stop_at
 
     def observe(self, ctx: Context) -> Finding | None:
-        st: dict[str, Any] = self.my_state(ctx)
+        st = ctx.state.slot(self.name, NoProgressState)
         ev = ctx.event
-        novel_call = bool(ctx.call[C_NOVEL]) if ctx.call else True
+        novel_call = ctx.call.novel if ctx.call else True
         repeated = not ctx.novel  # the engine's answer: seen among the last 64 results
         if ev.error:
             stale = repeated
@@ -50,26 +63,26 @@ class NoProgress(Detector):
         else:
             stale = repeated or not ev.text.strip()
         if not stale:
-            st["count"] = 0
-            st["steps"] = []
+            st.count = 0
+            st.steps = []
             return None
-        count = st["count"] = st.get("count", 0) + 1
+        st.count += 1
+        count = st.count
         if count == 1:
-            st["start"] = ctx.step
-        steps: list[int] = st.setdefault("steps", [])
-        steps.append(ctx.step)
-        trim(steps, _STEPS_MAX)
+            st.start = ctx.step
+        st.steps.append(ctx.step)
+        trim(st.steps, _STEPS_MAX)
         severity = severity_for(count, self.warn_at, self.stop_at)
         if severity is None:
             return None
-        tool = ev.name or (ctx.call[C_NAME] if ctx.call else "the tool")
+        tool = ev.name or (ctx.call.name if ctx.call else "the tool")
         return Finding(
             self.name,
             severity,
             ctx.step,
-            tuple(steps),
+            tuple(st.steps),
             f"The last {count} tool results (latest from {tool}) brought no new information: "
             "empty, repeated or the same error. Step back and change strategy, or finish "
             "with what you have.",
-            f"streak@{st['start']}",
+            f"streak@{st.start}",
         )

@@ -2,15 +2,47 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 from ..events import SPAN, normalise_text
 from ..findings import Finding
+from ..state import DetectorState, Record, dump_map, load_map
 from ..text import fingerprint
 from .base import Context, Detector, preview, severity_for
 
 _SPANS_MAX = 512  # spans remembered per run (LRU); deeper history is not needed
 _DEPTH_MAX = 64  # ancestors walked at most
+
+
+@final
+class SpanNode(Record):
+    """A span seen in the run: its label (type, name, input), parent and step."""
+
+    __slots__ = ("label", "parent", "step")
+
+    def __init__(self, label: str, parent: str | None, step: int) -> None:
+        self.label = label  # fingerprint of type + name + normalised input
+        self.parent = parent  # the parent span's id
+        self.step = step  # event index
+
+
+@final
+class RecursionState(DetectorState):
+    """Spans by id (LRU, at most 512), to walk a new span's ancestors."""
+
+    __slots__ = ("spans",)
+
+    def __init__(self) -> None:
+        self.spans: dict[str, SpanNode] = {}
+
+    def dump(self) -> Any:
+        return dump_map(self.spans)
+
+    @classmethod
+    def load(cls, data: Any) -> RecursionState:
+        st = cls()
+        st.spans = load_map(SpanNode, data)
+        return st
 
 
 class Recursion(Detector):
@@ -35,7 +67,7 @@ class Recursion(Detector):
 
     def observe(self, ctx: Context) -> Finding | None:
         ev = ctx.event
-        spans: dict[str, list[Any]] = self.my_state(ctx)
+        spans = ctx.state.slot(self.name, RecursionState).spans
         # A hash, not the text: span inputs can be long, and the state must stay small.
         label = fingerprint(f"{ev.type or ''}\x00{ev.name or ''}\x00{normalise_text(ev.text)}")
         depth = 1
@@ -47,13 +79,13 @@ class Recursion(Detector):
             node = spans.get(parent)
             if node is None:
                 break
-            if node[0] == label:
+            if node.label == label:
                 depth += 1
-                steps.append(node[2])
-            parent = node[1]
+                steps.append(node.step)
+            parent = node.parent
         if ev.id is not None:
             spans.pop(ev.id, None)
-            spans[ev.id] = [label, ev.parent, ctx.step]
+            spans[ev.id] = SpanNode(label, ev.parent, ctx.step)
             if len(spans) > _SPANS_MAX:
                 del spans[next(iter(spans))]
         severity = severity_for(depth, self.warn_at, self.stop_at)

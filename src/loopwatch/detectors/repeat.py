@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 from ..events import TOOL_CALL, TOOL_RESULT, sketch_similarity, text_sketch
 from ..findings import Finding, Severity
-from .base import (
-    C_ARGS,
-    C_KEY,
-    C_NAME,
-    C_NORM,
-    C_NOVEL,
-    C_RESULT,
-    C_STEP,
-    Context,
-    Detector,
-    severity_for,
-    trim,
-)
+from ..state import CallRecord, DetectorState, Record, dump_map, load_map
+from .base import Context, Detector, severity_for, trim
 
 _KEYS_MAX = 32  # distinct calls tracked per run (LRU): no more than the call window holds
 _STEPS_MAX = 8  # evidence steps kept per call
@@ -33,6 +22,41 @@ _NEAR = 0.75
 
 def _near(a: list[int] | None, b: list[int] | None) -> bool:
     return a is not None and b is not None and sketch_similarity(a, b) >= _NEAR
+
+
+@final
+class Streak(Record):
+    """One call's current streak of calls that brought nothing new."""
+
+    __slots__ = ("count", "epoch", "exact", "key", "result", "sketch", "steps")
+
+    def __init__(self, epoch: int, result: str | None, step: int, key: str) -> None:
+        self.count = 1  # calls in the streak
+        self.epoch = epoch  # the run's progress marker when the streak was last extended
+        self.result: str | None = result  # the last result key seen for this call
+        self.steps = [step]  # evidence: event indices of the calls and results
+        self.exact = True  # every call in the streak had exactly the same arguments
+        self.key = key  # the exact call key of the streak's first call
+        self.sketch: list[int] | None = None  # sketch of the last result, once it repeats
+
+
+@final
+class RepeatState(DetectorState):
+    """Streaks by normalised call key (LRU, at most 32: the call window's size)."""
+
+    __slots__ = ("streaks",)
+
+    def __init__(self) -> None:
+        self.streaks: dict[str, Streak] = {}
+
+    def dump(self) -> Any:
+        return dump_map(self.streaks)
+
+    @classmethod
+    def load(cls, data: Any) -> RepeatState:
+        st = cls()
+        st.streaks = load_map(Streak, data)
+        return st
 
 
 class RepeatedCall(Detector):
@@ -81,11 +105,11 @@ class RepeatedCall(Detector):
         self.window_warn_at = window_warn_at
         self.window_stop_at = window_stop_at
 
-    def _restarts(self, ctx: Context, rec: list[Any], result: str) -> Finding | None:
+    def _restarts(self, ctx: Context, rec: CallRecord, result: str) -> Finding | None:
         """The same call and result coming back again and again with other work in
         between: an agent restarting from the same point."""
-        norm = rec[C_NORM]
-        prior = [c for c in ctx.calls[:-1] if c[C_NORM] == norm and c[C_RESULT] == result]
+        norm = rec.norm
+        prior = [c for c in ctx.calls[:-1] if c.norm == norm and c.result == result]
         count = len(prior) + 1
         severity = severity_for(count, self.window_warn_at, self.window_stop_at)
         if severity is None:
@@ -94,8 +118,8 @@ class RepeatedCall(Detector):
             self.name,
             severity,
             ctx.step,
-            (*(c[C_STEP] for c in prior), ctx.step),
-            f"You called {rec[C_NAME]}({rec[C_ARGS]}) {count} times in your last "
+            (*(c.step for c in prior), ctx.step),
+            f"You called {rec.name}({rec.args}) {count} times in your last "
             f"{len(ctx.calls)} tool calls and it returned the same result each time; the "
             "work in between is not changing it. Stop restarting from this step.",
             "window:" + norm,
@@ -105,51 +129,54 @@ class RepeatedCall(Detector):
         rec = ctx.call
         if rec is None:
             return None
-        st: dict[str, list[Any]] = self.my_state(ctx)
-        norm = rec[C_NORM]
+        streaks = ctx.state.slot(self.name, RepeatState).streaks
+        norm = rec.norm
         if ctx.event.kind == TOOL_RESULT:
-            entry = st.get(norm)
+            entry = streaks.get(norm)
             if entry is not None:
-                result = rec[C_RESULT]
-                if result == entry[2] and entry[6] is not None:
-                    sketch = entry[6]  # the same text: its sketch is already known
-                elif entry[0] >= 2:
+                result = rec.result
+                sketch: list[int] | None
+                if result == entry.result and entry.sketch is not None:
+                    sketch = entry.sketch  # the same text: its sketch is already known
+                elif entry.count >= 2:
                     sketch = text_sketch(ctx.event.text)
                 else:
                     sketch = None
-                if entry[2] is not None and result != entry[2] and not _near(entry[6], sketch):
-                    entry[0] = 1  # new information: this call starts a new streak
-                    entry[3] = [rec[0]]
-                entry[2] = result
-                entry[6] = sketch
-                entry[1] = ctx.epoch  # a failed new call takes back its progress mark
-                entry[3].append(ctx.step)
-                trim(entry[3], _STEPS_MAX)
+                if (
+                    entry.result is not None
+                    and result != entry.result
+                    and not _near(entry.sketch, sketch)
+                ):
+                    entry.count = 1  # new information: this call starts a new streak
+                    entry.steps = [rec.step]
+                entry.result = result
+                entry.sketch = sketch
+                entry.epoch = ctx.epoch  # a failed new call takes back its progress mark
+                entry.steps.append(ctx.step)
+                trim(entry.steps, _STEPS_MAX)
             return None
-        # tool_call: [count, epoch, last result key, evidence steps, all exact?, exact key,
-        #             sketch of the last result (only once the call repeats)]
-        entry = st.pop(norm, None)
+        entry = streaks.pop(norm, None)
         epoch = ctx.epoch
-        if entry is None or entry[1] != epoch:
-            last = entry[2] if entry is not None else None  # kept for the window count
-            entry = [1, epoch, last, [ctx.step], True, rec[C_KEY], None]
+        if entry is None or entry.epoch != epoch:
+            last = entry.result if entry is not None else None  # kept for the window count
+            entry = Streak(epoch, last, ctx.step, rec.key)
         else:
-            entry[0] += 1
-            entry[3].append(ctx.step)
-            trim(entry[3], _STEPS_MAX)
-            if entry[5] != rec[C_KEY]:
-                entry[4] = False
-        st[norm] = entry  # re-insert: most recently used last
-        if len(st) > _KEYS_MAX:
-            del st[next(iter(st))]
-        count = entry[0]
+            entry.count += 1
+            entry.steps.append(ctx.step)
+            trim(entry.steps, _STEPS_MAX)
+            if entry.key != rec.key:
+                entry.exact = False
+        streaks[norm] = entry  # re-insert: most recently used last
+        if len(streaks) > _KEYS_MAX:
+            del streaks[next(iter(streaks))]
+        count = entry.count
         severity = severity_for(count, self.warn_at, self.stop_at)
         if severity is None:
-            if rec[C_NOVEL] or entry[2] is None:
+            if rec.novel or entry.result is None:
                 return None
-            return self._restarts(ctx, rec, entry[2])
-        same = "the same arguments" if entry[4] else "the same (reworded) arguments"
-        result = "the same result each time" if entry[2] is not None else "no new result"
+            return self._restarts(ctx, rec, entry.result)
+        same = "the same arguments" if entry.exact else "the same (reworded) arguments"
+        result = "the same result each time" if entry.result is not None else "no new result"
         action = (
             "Use the result you already have, or try a different approach."
             if severity is Severity.WARN
@@ -159,8 +186,8 @@ class RepeatedCall(Detector):
             self.name,
             severity,
             ctx.step,
-            tuple(entry[3]),
-            f"You called {rec[C_NAME]}({rec[C_ARGS]}) with {same} {count} times "
+            tuple(entry.steps),
+            f"You called {rec.name}({rec.args}) with {same} {count} times "
             f"and got {result}. {action}",
             norm,
         )

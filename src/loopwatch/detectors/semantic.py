@@ -49,39 +49,62 @@ no new information in between.
 from __future__ import annotations
 
 import re
-from typing import Any, Final
+from typing import Any, Final, final
 
 from ..embeddings import Comparer, Embedder, EmbeddingCache, SemanticUnavailable, resolve_embedder
 from ..events import MODEL, TOOL_CALL, TOOL_RESULT, USER
 from ..findings import Finding, Severity
+from ..state import DetectorState, Record, dump_map, load_map
 from ..text import args_text, fingerprint
-from .base import (
-    C_NAME,
-    C_NOVEL,
-    C_STEP,
-    Context,
-    Detector,
-    note_novelty,
-    preview,
-    severity_for,
-    trim,
-)
+from .base import Context, Detector, note_novelty, preview, severity_for, trim
 
 __all__ = ["Embedder", "Semantic", "SemanticUnavailable"]
 
-# Layout of a channel entry in run state (a list, so it serialises as JSON).
-_E_COUNT: Final = 0
-_E_FP: Final = 1
-_E_TEXT: Final = 2
-_E_MARK: Final = 3
-_E_STEPS: Final = 4
-_E_CALL: Final = 5
 _CHANNELS_MAX: Final = 8  # channels of each kind per run (LRU)
 # Wrapper tags around a tool's output (mini-swe-agent's <returncode>0</returncode>
 # <output></output>) are not content: an empty output in tags is still empty.
 _MARKUP = re.compile(r"</?[A-Za-z_][\w-]{0,30}>")
 _LETTER = re.compile(r"[^\W\d_]")
 _STEPS_MAX: Final = 8
+
+
+@final
+class Channel(Record):
+    """The last text on one channel (an agent's outputs, a tool's arguments, a
+    sender's messages to one recipient) and how many in a row meant the same."""
+
+    __slots__ = ("call", "count", "fp", "mark", "steps", "text")
+
+    def __init__(self, fp: str, text: str, mark: int, step: int) -> None:
+        self.count = 1  # texts in a row meaning the same
+        self.fp = fp  # fingerprint of the last text
+        self.text = text  # the last text, clipped
+        self.mark = mark  # the novelty mark it was compared under
+        self.steps = [step]  # evidence
+        self.call = step  # event index of the last text (its call, for tool arguments)
+
+
+@final
+class SemanticState(DetectorState):
+    """Novelty marks and the channels of each kind (LRU, at most 8 per kind)."""
+
+    __slots__ = ("channels", "mark", "rmark")
+
+    def __init__(self) -> None:
+        self.mark = 0  # novelty mark (see note_novelty)
+        self.rmark = 0  # marks only new results and inputs (for tool arguments)
+        # "a": tool arguments by tool, "o": outputs by agent, "m": messages by pair
+        self.channels: dict[str, dict[str, Channel]] = {"a": {}, "o": {}, "m": {}}
+
+    def dump(self) -> Any:
+        return [self.mark, self.rmark, {k: dump_map(v) for k, v in self.channels.items()}]
+
+    @classmethod
+    def load(cls, data: Any) -> SemanticState:
+        st = cls()
+        st.mark, st.rmark, channels = data
+        st.channels = {k: load_map(Channel, v) for k, v in channels.items()}
+        return st
 
 
 class Semantic(Detector):
@@ -150,72 +173,71 @@ class Semantic(Detector):
         return self._compare
 
     def observe(self, ctx: Context) -> Finding | None:
-        st: dict[str, Any] = self.my_state(ctx)
+        st = ctx.state.slot(self.name, SemanticState)
         ev = ctx.event
         kind = ev.kind
         if kind in (TOOL_RESULT, USER):
             rec = ctx.call
             news = note_novelty(st, ctx)
-            if not news and kind == TOOL_RESULT and rec is not None and rec[C_NOVEL]:
+            if not news and kind == TOOL_RESULT and rec is not None and rec.novel:
                 # output without words (markup and exit codes aside) of a call not made
                 # recently is progress: a shell edit prints nothing. A short text is
                 # not: "No results found" for each rewording is this detector's loop.
                 news = not ev.error and not _LETTER.search(_MARKUP.sub("", ev.text))
             if news:
-                st["rmark"] = st.get("rmark", 0) + 1
+                st.rmark += 1
             if kind == TOOL_RESULT and rec is not None:
-                entry = st.get("a", {}).get(rec[C_NAME])
-                if entry is not None and entry[_E_CALL] == rec[C_STEP]:
-                    rmark = st.get("rmark", 0)
-                    if entry[_E_MARK] != rmark and entry[_E_COUNT] > 1:
+                entry = st.channels["a"].get(rec.name)
+                if entry is not None and entry.call == rec.step:
+                    if entry.mark != st.rmark and entry.count > 1:
                         # new information: this call starts a new streak
-                        entry[_E_COUNT] = 1
-                        entry[_E_STEPS] = [rec[C_STEP]]
-                    entry[_E_MARK] = rmark
+                        entry.count = 1
+                        entry.steps = [rec.step]
+                    entry.mark = st.rmark
             return None
         if kind == TOOL_CALL:
             note_novelty(st, ctx)
             text = args_text(ev.args)[: self.max_chars]
-            return self._advance(ctx, st, "a", ev.name or "", text, st.get("rmark", 0), 2)
+            return self._advance(ctx, st, "a", ev.name or "", text, st.rmark, 2)
         text = ev.text.strip()[: self.max_chars]
         if not text:
             return None
         channel = "m" if ev.to else "o"
         key = f"{ev.agent or ''}>{ev.to}" if ev.to else ev.agent or ""
-        return self._advance(ctx, st, channel, key, text, st.get("mark", 0), None)
+        return self._advance(ctx, st, channel, key, text, st.mark, None)
 
     def _advance(
         self,
         ctx: Context,
-        st: dict[str, Any],
+        st: SemanticState,
         channel: str,
         key: str,
         text: str,
         mark: int,
         min_words: int | None,
     ) -> Finding | None:
-        chans: dict[str, list[Any]] = st.setdefault(channel, {})
+        chans = st.channels[channel]
         fp = fingerprint(text)
         entry = chans.pop(key, None)
         if (
             entry is not None
-            and entry[_E_MARK] == mark
+            and entry.mark == mark
             and self._compare.same(
-                (entry[_E_FP], entry[_E_TEXT]), (fp, text), min_words, prose_only=channel == "a"
+                (entry.fp, entry.text), (fp, text), min_words, prose_only=channel == "a"
             )
         ):
-            entry[_E_COUNT] += 1
-            entry[_E_FP] = fp
-            entry[_E_TEXT] = text
-            entry[_E_STEPS].append(ctx.step)
-            trim(entry[_E_STEPS], _STEPS_MAX)
-            entry[_E_CALL] = ctx.step
+            entry.count += 1
+            entry.fp = fp
+            entry.text = text
+            entry.steps.append(ctx.step)
+            trim(entry.steps, _STEPS_MAX)
+            entry.call = ctx.step
         else:
-            entry = [1, fp, text, mark, [ctx.step], ctx.step]
+            entry = Channel(fp, text, mark, ctx.step)
         chans[key] = entry
         if len(chans) > _CHANNELS_MAX:
             del chans[next(iter(chans))]
-        count = entry[_E_COUNT]
+        count = entry.count
         severity = severity_for(count, self.warn_at, self.stop_at)
         if severity is None:
             return None
@@ -223,9 +245,9 @@ class Semantic(Detector):
             self.name,
             severity,
             ctx.step,
-            tuple(entry[_E_STEPS]),
+            tuple(entry.steps),
             self._message(channel, key, text, count, severity),
-            f"{channel}:{key}@{entry[_E_STEPS][0]}",
+            f"{channel}:{key}@{entry.steps[0]}",
         )
 
     @staticmethod

@@ -17,10 +17,11 @@ import itertools
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, final
 
 from ..events import KINDS, MODEL
 from ..findings import Finding, Severity
+from ..state import DetectorState
 from ..text import plain_words
 from .base import Context, Detector, note_novelty, trim
 
@@ -35,6 +36,35 @@ _VOCAB_MAX: Final = 256  # recent output words remembered per run
 _STEPS_MAX: Final = 10
 # Only the start of an output is read for new words: bounds cost and state.
 _OUTPUT_CHARS: Final = 400
+
+
+@final
+class SpendState(DetectorState):
+    """Spend since the last new information, and the recent output vocabulary."""
+
+    __slots__ = ("cost", "fresh", "mark", "quiet", "start", "steps", "tok", "vocab")
+
+    def __init__(self) -> None:
+        self.mark = 0  # novelty mark (see note_novelty)
+        self.fresh = False  # something new happened since the last spending step
+        self.quiet: int | None = None  # spending steps since then (None: none yet)
+        self.tok = 0.0  # tokens spent since then
+        self.cost = 0.0  # cost since then
+        self.start = 0  # event index of the first quiet spending step
+        self.steps: list[int] = []  # evidence: the last few quiet spending steps
+        self.vocab: dict[str, int] = {}  # recent output words (FIFO, at most 256)
+
+
+@final
+class CapTotal(DetectorState):
+    """A hard budget's running total."""
+
+    __slots__ = ("t0", "total", "warned")
+
+    def __init__(self) -> None:
+        self.total = 0.0  # tokens or cost so far
+        self.t0: float | None = None  # the run's first time stamp (time budget)
+        self.warned = False  # the warning at warn_ratio was given
 
 
 def _fmt_spend(tokens: float, cost: float) -> str:
@@ -95,13 +125,13 @@ class SpendVelocity(Detector):
         self.min_output_novelty = min_output_novelty
         self.min_new_words = min_new_words
 
-    def _output_is_new(self, st: dict[str, Any], text: str) -> bool:
+    def _output_is_new(self, st: SpendState, text: str) -> bool:
         # str methods, not a regex: this runs on every model turn of a run with spend.
         # Short words are common, so they sit in the vocabulary and never count as new.
         words = plain_words(text[:_OUTPUT_CHARS])
         if not words:
             return False
-        vocab: dict[str, int] = st.setdefault("vocab", {})
+        vocab = st.vocab
         fresh = words - vocab.keys()  # a C-level set difference
         # First in, first out: a word seen long ago may count as new again (lenient).
         for w in fresh:
@@ -116,38 +146,37 @@ class SpendVelocity(Detector):
 
     def observe(self, ctx: Context) -> Finding | None:
         ev = ctx.event
-        st: dict[str, Any] | None = ctx.state.get(self.name)
-        if st is None:
+        if self.name not in ctx.state.slots and not (ev.tokens > 0 or ev.cost > 0):
             # Nothing to measure until the run records spend; most events of most
             # runs stop here, before any novelty bookkeeping (hot path).
-            if not (ev.tokens > 0 or ev.cost > 0):
-                return None
-            st = self.my_state(ctx)
+            return None
+        st = ctx.state.slot(self.name, SpendState)
         if note_novelty(st, ctx):
-            st["fresh"] = True
+            st.fresh = True
         own_news = ev.kind == MODEL and self._output_is_new(st, ev.text)
         if not (ev.tokens > 0 or ev.cost > 0):
             if own_news:
-                st["fresh"] = True
+                st.fresh = True
             return None
-        if st.pop("fresh", False) or own_news or "quiet" not in st:
+        fresh, st.fresh = st.fresh, False
+        if fresh or own_news or st.quiet is None:
             # new information since the last spending step (or the first one): reset
-            st["quiet"] = 0
-            st["tok"] = 0.0
-            st["cost"] = 0.0
-            st["steps"] = []
+            st.quiet = 0
+            st.tok = 0.0
+            st.cost = 0.0
+            st.steps = []
             return None
-        quiet = st["quiet"] = st["quiet"] + 1
-        st["tok"] += ev.tokens
-        st["cost"] += ev.cost
-        steps: list[int] = st["steps"]
+        quiet = st.quiet = st.quiet + 1
+        st.tok += ev.tokens
+        st.cost += ev.cost
+        steps = st.steps
         if quiet == 1:
-            st["start"] = ctx.step
+            st.start = ctx.step
         steps.append(ctx.step)
         trim(steps, _STEPS_MAX)
-        if st["tok"] < self.min_tokens and st["cost"] < self.min_cost:
+        if st.tok < self.min_tokens and st.cost < self.min_cost:
             return None
-        if st["tok"] <= 0 and st["cost"] <= 0:
+        if st.tok <= 0 and st.cost <= 0:
             return None
         if self.stop_after is not None and quiet >= self.stop_after:
             severity = Severity.STOP
@@ -155,7 +184,7 @@ class SpendVelocity(Detector):
             severity = Severity.WARN
         else:
             return None
-        spent = _fmt_spend(st["tok"], st["cost"])
+        spent = _fmt_spend(st.tok, st.cost)
         action = (
             "Change approach, or finish with what you have."
             if severity is Severity.WARN
@@ -168,7 +197,7 @@ class SpendVelocity(Detector):
             tuple(steps),
             f"The last {quiet} model turns spent {spent} and brought nothing new: no new "
             f"calls, no new results, no new content. {action}",
-            f"quiet@{st['start']}",
+            f"quiet@{st.start}",
         )
 
 
@@ -185,14 +214,14 @@ class _Cap(Detector):
         self._limit = float(limit)
         self._warn_ratio = warn_ratio
 
-    def _amount(self, ctx: Context, st: dict[str, Any]) -> float | None:
+    def _amount(self, ctx: Context, st: CapTotal) -> float | None:
         raise NotImplementedError  # pragma: no cover - abstract
 
     def _render(self, amount: float) -> str:
         raise NotImplementedError  # pragma: no cover - abstract
 
     def observe(self, ctx: Context) -> Finding | None:
-        st: dict[str, Any] = self.my_state(ctx)
+        st = ctx.state.slot(self.name, CapTotal)
         amount = self._amount(ctx, st)
         if amount is None:
             return None
@@ -203,8 +232,8 @@ class _Cap(Detector):
                 f"This run has used {self._render(amount)}, over its budget of "
                 f"{self._render(limit)}. Stop here."
             )
-        elif amount >= limit * self._warn_ratio and not st.get("warned"):
-            st["warned"] = True
+        elif amount >= limit * self._warn_ratio and not st.warned:
+            st.warned = True
             severity = Severity.WARN
             msg = (
                 f"This run has used {self._render(amount)} of its {self._render(limit)} "
@@ -231,12 +260,11 @@ class TokenBudget(_Cap):
         self.max_tokens = max_tokens
         self.warn_ratio = warn_ratio
 
-    def _amount(self, ctx: Context, st: dict[str, Any]) -> float | None:
+    def _amount(self, ctx: Context, st: CapTotal) -> float | None:
         if ctx.event.tokens <= 0:
             return None
-        total: float = st.get("total", 0.0) + ctx.event.tokens
-        st["total"] = total
-        return total
+        st.total += ctx.event.tokens
+        return st.total
 
     def _render(self, amount: float) -> str:
         return f"{amount:,.0f} tokens"
@@ -255,12 +283,11 @@ class CostBudget(_Cap):
         self.max_cost = max_cost
         self.warn_ratio = warn_ratio
 
-    def _amount(self, ctx: Context, st: dict[str, Any]) -> float | None:
+    def _amount(self, ctx: Context, st: CapTotal) -> float | None:
         if ctx.event.cost <= 0:
             return None
-        total: float = st.get("total", 0.0) + ctx.event.cost
-        st["total"] = total
-        return total
+        st.total += ctx.event.cost
+        return st.total
 
     def _render(self, amount: float) -> str:
         return f"${amount:.4f}"
@@ -314,15 +341,14 @@ class TimeBudget(_Cap):
         # None, not time.time, as the default: `loopwatch config` prints the defaults
         self._clock = clock if clock is not None else time.time
 
-    def _amount(self, ctx: Context, st: dict[str, Any]) -> float | None:
+    def _amount(self, ctx: Context, st: CapTotal) -> float | None:
         now = _event_time(ctx.event.extra)
         if now is None:
             now = self._clock()
-        start = st.get("t0")
-        if start is None:
-            st["t0"] = now
+        if st.t0 is None:
+            st.t0 = now
             return 0.0
-        return max(0.0, now - float(start))
+        return max(0.0, now - st.t0)
 
     def _render(self, amount: float) -> str:
         return f"{amount:,.0f} s"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 from ..events import MODEL, TOOL_CALL
 from ..findings import Finding, Severity
+from ..state import DetectorState, Record, dump_map, load_map
 from ..text import jaccard, plain_words
 from .base import Context, Detector, preview, severity_for, trim
 
@@ -19,6 +20,37 @@ _COMPARE_CHARS = 1500
 def _same(a: str, b: str) -> bool:
     """Equal once case and spacing are folded."""
     return a == b or " ".join(a.lower().split()) == " ".join(b.lower().split())
+
+
+@final
+class Restatement(Record):
+    """One agent's last output and how many outputs in a row restated it."""
+
+    __slots__ = ("count", "steps", "text")
+
+    def __init__(self, text: str, step: int) -> None:
+        self.count = 1  # outputs in a row saying the same thing
+        self.text = text  # the last of them, clipped
+        self.steps = [step]  # evidence: their event indices (the last few)
+
+
+@final
+class StagnationState(DetectorState):
+    """The last output of each agent since the last tool call (LRU, at most 16)."""
+
+    __slots__ = ("agents",)
+
+    def __init__(self) -> None:
+        self.agents: dict[str, Restatement] = {}
+
+    def dump(self) -> Any:
+        return dump_map(self.agents)
+
+    @classmethod
+    def load(cls, data: Any) -> StagnationState:
+        st = cls()
+        st.agents = load_map(Restatement, data)
+        return st
 
 
 class Stagnation(Detector):
@@ -69,29 +101,29 @@ class Stagnation(Detector):
         return jaccard(wa, wb) >= self.similarity
 
     def observe(self, ctx: Context) -> Finding | None:
-        st: dict[str, list[Any]] = self.my_state(ctx)
+        agents = ctx.state.slot(self.name, StagnationState).agents
         if ctx.event.kind == TOOL_CALL:
-            if st:
-                st.clear()  # the agent acted: outputs before and after are not "in a row"
+            if agents:
+                agents.clear()  # the agent acted: outputs before and after are not "in a row"
             return None
         ev = ctx.event
         agent = ev.agent or ""
         text = ev.text.strip()[:_COMPARE_CHARS]
-        prev = st.pop(agent, None)
-        # entry: [count, text (clipped), evidence steps]; compared only when two
-        # outputs of one agent come in a row, which most agents never do.
-        if prev is not None and (_same(text, prev[1]) or self._similar(text, prev[1])):
-            prev[0] += 1
-            prev[1] = text
-            prev[2].append(ctx.step)
-            trim(prev[2], _STEPS_MAX)
+        prev = agents.pop(agent, None)
+        # compared only when two outputs of one agent come in a row, which most
+        # agents never do
+        if prev is not None and (_same(text, prev.text) or self._similar(text, prev.text)):
+            prev.count += 1
+            prev.text = text
+            prev.steps.append(ctx.step)
+            trim(prev.steps, _STEPS_MAX)
             entry = prev
         else:
-            entry = [1, text, [ctx.step]]
-        st[agent] = entry
-        if len(st) > _AGENTS_MAX:
-            del st[next(iter(st))]
-        count = entry[0]
+            entry = Restatement(text, ctx.step)
+        agents[agent] = entry
+        if len(agents) > _AGENTS_MAX:
+            del agents[next(iter(agents))]
+        count = entry.count
         severity = severity_for(count, self.warn_at, self.stop_at)
         if severity is None:
             return None
@@ -109,7 +141,7 @@ class Stagnation(Detector):
             self.name,
             severity,
             ctx.step,
-            tuple(entry[2]),
+            tuple(entry.steps),
             f"{who} {what}. {action}",
-            f"{agent}@{entry[2][0]}",
+            f"{agent}@{entry.steps[0]}",
         )

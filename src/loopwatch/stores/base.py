@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from ..state import RunState
 
 __all__ = ["State", "Store"]
 
-State = dict[str, Any]
+State = RunState
 T = TypeVar("T")
 
 
 class Store(ABC):
-    """Holds one state dict per run id and applies updates to it atomically.
+    """Holds one run state per run id and applies updates to it atomically.
 
     ``apply(run_id, fn)`` loads the run's state (a fresh one from ``factory`` if
     the run is new or expired), calls ``fn(state)`` which mutates it in place and

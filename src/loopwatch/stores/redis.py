@@ -29,7 +29,7 @@ steps observed at the same moment by different workers are applied in some order
 each seeing all the steps applied before it.
 
 Keys are ``loopwatch:{prefix}:{run_id}``: one hash per run with the fields ``v``
-(version token) and ``s`` (the state as orjson bytes). Each write sets the key's TTL,
+(version token) and ``s`` (the state as ``RunState.to_bytes()``). Each write sets the key's TTL,
 so idle runs expire, and the state holds only the engine's bounded window and
 counters, so nothing grows with run length. A script touches only its one key, so
 each call lives in one hash slot.
@@ -61,9 +61,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import orjson
-
 from ..findings import StoreUnavailable
+from ..state import RunState, StateError
 from .base import State, Store
 
 if TYPE_CHECKING:
@@ -331,18 +330,12 @@ class RedisStore(Store):
 
     def _decode(self, blob: bytes, run_id: str) -> State:
         try:
-            state = orjson.loads(blob)
-        except orjson.JSONDecodeError as exc:
+            return RunState.from_bytes(blob)
+        except StateError as exc:
             raise StoreUnavailable(
                 f"Redis store {self.url}: the value at {self.key(run_id)!r} is not a "
                 f"loopwatch state ({exc}); reset the run or let the key expire"
             ) from exc
-        if not isinstance(state, dict):
-            raise StoreUnavailable(
-                f"Redis store {self.url}: the value at {self.key(run_id)!r} is not a "
-                "loopwatch state; reset the run or let the key expire"
-            )
-        return state
 
     def _after_fork(self) -> None:
         """A forked worker gets fresh locks: one held by another thread at fork time
@@ -409,7 +402,7 @@ class RedisStore(Store):
             for attempt in range(1, self.max_conflicts + 2):
                 expected, state = (b"", factory()) if cached is None else cached
                 result = fn(state)
-                version, blob = os.urandom(8), orjson.dumps(state)
+                version, blob = os.urandom(8), state.to_bytes()
                 try:
                     reply = self._eval(key, expected, version, blob)
                 except self._errors as exc:
@@ -453,7 +446,7 @@ class RedisStore(Store):
             for attempt in range(1, self.max_conflicts + 2):
                 expected, state = (b"", factory()) if cached is None else cached
                 result = fn(state)
-                version, blob = os.urandom(8), orjson.dumps(state)
+                version, blob = os.urandom(8), state.to_bytes()
                 left = self.timeout - (time.monotonic() - start)
                 if left <= 0:
                     raise self._conflicted(run_id, attempt - 1, time.monotonic() - start)

@@ -1,0 +1,258 @@
+"""Run state: what the engine and each detector remember about one run, typed.
+
+One :class:`RunState` per run, owned by the engine: the shared window of
+:class:`CallRecord` objects, a few counters, and one typed slot per detector
+(a :class:`DetectorState` subclass that the detector declares). Every class is
+slotted with documented fields, which is both what a reader needs and what a
+compiler (mypyc) speeds up.
+
+State crosses a process boundary only in a store (Redis, SQLite). There it is
+serialised with :meth:`RunState.to_bytes` and read back with
+:meth:`RunState.from_bytes`: compact JSON arrays (orjson), with a format version
+first, so a state written by another version is refused cleanly
+(:class:`StateError`) and the store starts the run afresh instead of misreading it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Final, TypeVar, final
+
+import orjson
+
+__all__ = [
+    "STATE_VERSION",
+    "CallRecord",
+    "DetectorState",
+    "Record",
+    "RunState",
+    "StateError",
+    "Tally",
+    "dump_map",
+    "load_map",
+]
+
+# Bumped whenever the serialised shape changes; a state of another version is refused.
+STATE_VERSION: Final = 2
+
+R = TypeVar("R", bound="Record")
+S = TypeVar("S", bound="DetectorState")
+
+
+class StateError(ValueError):
+    """A serialised state that cannot be read: another version, or damaged bytes."""
+
+
+class Record:
+    """A small slotted record, serialised as the list of its fields in slot order.
+
+    Fields must hold JSON values (numbers, strings, booleans, None, lists and dicts
+    of those); a record holding other records overrides :meth:`dump`/:meth:`load`.
+    """
+
+    __slots__ = ()
+
+    def dump(self) -> Any:
+        """JSON-compatible form (a list of the fields)."""
+        return [getattr(self, name) for name in _fields(type(self))]
+
+    @classmethod
+    def load(cls: type[R], data: Any) -> R:
+        """The record back from :meth:`dump`'s output."""
+        fields = _fields(cls)
+        if not isinstance(data, list) or len(data) != len(fields):
+            raise StateError(f"{cls.__name__}: expected {len(fields)} fields")
+        obj = cls.__new__(cls)
+        for name, value in zip(fields, data, strict=True):
+            setattr(obj, name, value)
+        return obj
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Record) and type(other) is type(self) and self.dump() == other.dump()
+        )
+
+    def __hash__(self) -> int:  # records are mutable: hash by identity
+        return id(self)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in _fields(type(self)))
+        return f"{type(self).__name__}({fields})"
+
+
+def _fields(cls: type[Record]) -> tuple[str, ...]:
+    """A record class's own fields, in slot order."""
+    slots: tuple[str, ...] = cls.__slots__
+    return slots
+
+
+class DetectorState(Record):
+    """Base of each detector's own per-run state.
+
+    Subclasses are registered by class name so that a stored state can be rebuilt
+    without knowing which detectors wrote it; a subclass must be constructible with
+    no arguments (a fresh run).
+    """
+
+    __slots__ = ()
+    registry: ClassVar[dict[str, type[DetectorState]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        other = DetectorState.registry.get(cls.__name__)
+        if other is not None and other is not cls:
+            raise TypeError(f"two detector state classes are named {cls.__name__}")
+        DetectorState.registry[cls.__name__] = cls
+
+
+def dump_map(records: dict[str, R]) -> dict[str, Any]:
+    """A dict of records in JSON-compatible form."""
+    return {k: v.dump() for k, v in records.items()}
+
+
+def load_map(cls: type[R], data: Any) -> dict[str, R]:
+    """A dict of records back from :func:`dump_map`."""
+    if not isinstance(data, dict):
+        raise StateError(f"expected a mapping of {cls.__name__}")
+    return {k: cls.load(v) for k, v in data.items()}
+
+
+@final
+class Tally(Record):
+    """A count and the event indices that are its evidence (the last few)."""
+
+    __slots__ = ("count", "steps")
+
+    def __init__(self, count: int = 0, steps: list[int] | None = None) -> None:
+        self.count = count
+        self.steps: list[int] = [] if steps is None else steps
+
+
+@final
+class CallRecord(Record):
+    """One tool call in the run's shared window of recent calls."""
+
+    __slots__ = ("args", "key", "name", "norm", "novel", "result", "rstep", "step", "turn")
+
+    def __init__(
+        self, step: int, key: str, norm: str, name: str, novel: bool, args: str, turn: int
+    ) -> None:
+        self.step = step  # event index of the tool_call
+        self.key = key  # exact call key (tool + canonical arguments)
+        self.norm = norm  # normalised call key (reworded arguments fold together)
+        self.name = name  # tool name
+        self.result: str | None = None  # result key once the result is seen ("E..." = error)
+        self.rstep: int | None = None  # event index of the tool_result
+        self.novel = novel  # the normalised key was not in the window when called
+        self.args = args  # short preview of the arguments, for messages
+        self.turn = turn  # the model turn it was issued in (calls of one turn = a batch)
+
+
+@final
+class RunState:
+    """Everything remembered about one run: shared engine state plus detector slots.
+
+    Bounded by construction: the call window, the seen-sets and every detector slot
+    have fixed maximum sizes, whatever the run's length.
+    """
+
+    __slots__ = (
+        "calls",
+        "epoch",
+        "n",
+        "ncalls",
+        "pending",
+        "rseen",
+        "seen",
+        "skips",
+        "slots",
+        "talks",
+        "turn",
+        "warned",
+    )
+
+    def __init__(self) -> None:
+        self.n = 0  # events observed so far (the next event's index)
+        self.calls: list[CallRecord] = []  # the window of recent calls, oldest first
+        self.seen: dict[str, int] = {}  # normalised call key -> count in the window
+        self.rseen: dict[str, int] = {}  # recent result / user-input keys -> last step
+        self.pending: dict[str, int] = {}  # call id -> call step, awaiting its result
+        self.epoch = 0  # progress marker: novel calls made, minus those that failed
+        self.ncalls = 0  # tool calls observed in the whole run
+        self.warned: dict[str, int] = {}  # "detector:pattern" already warned -> step
+        self.turn = 0  # model turns so far (see Context.turn)
+        self.talks = False  # whether the run has model events at all
+        self.skips = 0  # calls skipped by the policy (for escalation to stop)
+        self.slots: dict[str, DetectorState] = {}  # detector name -> its state
+
+    def slot(self, name: str, cls: type[S]) -> S:
+        """The named detector's state, created on first use."""
+        st = self.slots.get(name)
+        if st is None:
+            st = self.slots[name] = cls()
+        elif type(st) is not cls:
+            raise StateError(f"slot {name!r} holds a {type(st).__name__}, not {cls.__name__}")
+        return st
+
+    def dump(self) -> list[Any]:
+        """The JSON-compatible form (what :meth:`to_bytes` encodes)."""
+        return [
+            STATE_VERSION,
+            self.n,
+            [c.dump() for c in self.calls],
+            self.seen,
+            self.rseen,
+            self.pending,
+            self.epoch,
+            self.ncalls,
+            self.warned,
+            self.turn,
+            self.talks,
+            self.skips,
+            {name: [type(st).__name__, st.dump()] for name, st in self.slots.items()},
+        ]
+
+    def to_bytes(self) -> bytes:
+        """Compact serialised form, for stores that keep state outside the process."""
+        return orjson.dumps(self.dump())
+
+    @classmethod
+    def from_bytes(cls, data: bytes | str) -> RunState:
+        """Read a state written by :meth:`to_bytes`; :class:`StateError` if it was
+        written by another version or is damaged."""
+        try:
+            raw = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise StateError(f"run state is not readable: {exc}") from exc
+        if not isinstance(raw, list) or not raw or raw[0] != STATE_VERSION:
+            version = raw[0] if isinstance(raw, list) and raw else None
+            raise StateError(
+                f"run state of format {version!r}, this loopwatch reads {STATE_VERSION}"
+            )
+        try:
+            _, n, calls, seen, rseen, pending, epoch, ncalls, warned, turn, talks, skips, slots = (
+                raw
+            )
+            st = cls()
+            st.n = int(n)
+            st.calls = [CallRecord.load(c) for c in calls]
+            st.seen, st.rseen, st.pending, st.warned = seen, rseen, pending, warned
+            st.epoch, st.ncalls, st.turn, st.talks, st.skips = epoch, ncalls, turn, talks, skips
+            for name, (kind, value) in slots.items():
+                slot_cls = DetectorState.registry.get(kind)
+                if slot_cls is None:
+                    raise StateError(f"unknown detector state {kind!r}")
+                st.slots[name] = slot_cls.load(value)
+        except (TypeError, ValueError, KeyError) as exc:
+            if isinstance(exc, StateError):
+                raise
+            raise StateError(f"run state is damaged: {exc}") from exc
+        return st
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunState) and self.dump() == other.dump()
+
+    def __hash__(self) -> int:  # mutable: hash by identity
+        return id(self)
+
+    def __repr__(self) -> str:
+        return f"RunState(n={self.n}, calls={len(self.calls)}, slots={sorted(self.slots)})"
