@@ -15,7 +15,7 @@ first, so a state written by another version is refused cleanly
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Final, TypeVar, final
+from typing import Any, ClassVar, Final, Generic, TypeVar, final
 
 import orjson
 
@@ -23,6 +23,7 @@ __all__ = [
     "STATE_VERSION",
     "CallRecord",
     "DetectorState",
+    "KeyedState",
     "Record",
     "RunState",
     "StateError",
@@ -36,6 +37,7 @@ STATE_VERSION: Final = 2
 
 R = TypeVar("R", bound="Record")
 S = TypeVar("S", bound="DetectorState")
+K = TypeVar("K", bound="KeyedState[Any]")
 
 
 class StateError(ValueError):
@@ -114,6 +116,27 @@ def load_map(cls: type[R], data: Any) -> dict[str, R]:
     if not isinstance(data, dict):
         raise StateError(f"expected a mapping of {cls.__name__}")
     return {k: cls.load(v) for k, v in data.items()}
+
+
+class KeyedState(DetectorState, Generic[R]):
+    """A detector state that is one LRU dict of records (by call key, agent, span id).
+
+    Subclasses set ``record`` to the record class; the detector bounds the dict."""
+
+    __slots__ = ("by_key",)
+    record: ClassVar[type[Record]]
+
+    def __init__(self) -> None:
+        self.by_key: dict[str, R] = {}
+
+    def dump(self) -> Any:
+        return dump_map(self.by_key)
+
+    @classmethod
+    def load(cls: type[K], data: Any) -> K:
+        st = cls()
+        st.by_key = load_map(cls.record, data)
+        return st
 
 
 @final

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, final
+from typing import final
 
 from ..events import SPAN, normalise_text
 from ..findings import Finding
-from ..state import DetectorState, Record, dump_map, load_map
+from ..state import KeyedState, Record
 from ..text import fingerprint
 from .base import Context, Detector, preview, severity_for
 
@@ -27,22 +27,11 @@ class SpanNode(Record):
 
 
 @final
-class RecursionState(DetectorState):
+class RecursionState(KeyedState[SpanNode]):
     """Spans by id (LRU, at most 512), to walk a new span's ancestors."""
 
-    __slots__ = ("spans",)
-
-    def __init__(self) -> None:
-        self.spans: dict[str, SpanNode] = {}
-
-    def dump(self) -> Any:
-        return dump_map(self.spans)
-
-    @classmethod
-    def load(cls, data: Any) -> RecursionState:
-        st = cls()
-        st.spans = load_map(SpanNode, data)
-        return st
+    __slots__ = ()
+    record = SpanNode
 
 
 class Recursion(Detector):
@@ -67,7 +56,7 @@ class Recursion(Detector):
 
     def observe(self, ctx: Context) -> Finding | None:
         ev = ctx.event
-        spans = ctx.state.slot(self.name, RecursionState).spans
+        spans = ctx.state.slot(self.name, RecursionState).by_key
         # A hash, not the text: span inputs can be long, and the state must stay small.
         label = fingerprint(f"{ev.type or ''}\x00{ev.name or ''}\x00{normalise_text(ev.text)}")
         depth = 1

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, final
+from typing import final
 
 from ..events import TOOL_CALL, TOOL_RESULT, sketch_similarity, text_sketch
 from ..findings import Finding, Severity
-from ..state import CallRecord, DetectorState, Record, dump_map, load_map
+from ..state import CallRecord, KeyedState, Record
 from .base import Context, Detector, severity_for, trim
 
 _KEYS_MAX = 32  # distinct calls tracked per run (LRU): no more than the call window holds
@@ -41,22 +41,11 @@ class Streak(Record):
 
 
 @final
-class RepeatState(DetectorState):
+class RepeatState(KeyedState[Streak]):
     """Streaks by normalised call key (LRU, at most 32: the call window's size)."""
 
-    __slots__ = ("streaks",)
-
-    def __init__(self) -> None:
-        self.streaks: dict[str, Streak] = {}
-
-    def dump(self) -> Any:
-        return dump_map(self.streaks)
-
-    @classmethod
-    def load(cls, data: Any) -> RepeatState:
-        st = cls()
-        st.streaks = load_map(Streak, data)
-        return st
+    __slots__ = ()
+    record = Streak
 
 
 class RepeatedCall(Detector):
@@ -129,7 +118,7 @@ class RepeatedCall(Detector):
         rec = ctx.call
         if rec is None:
             return None
-        streaks = ctx.state.slot(self.name, RepeatState).streaks
+        streaks = ctx.state.slot(self.name, RepeatState).by_key
         norm = rec.norm
         if ctx.event.kind == TOOL_RESULT:
             entry = streaks.get(norm)

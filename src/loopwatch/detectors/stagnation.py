@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, final
+from typing import final
 
 from ..events import MODEL, TOOL_CALL
 from ..findings import Finding, Severity
-from ..state import DetectorState, Record, dump_map, load_map
+from ..state import KeyedState, Record
 from ..text import jaccard, plain_words
 from .base import Context, Detector, preview, severity_for, trim
 
@@ -35,22 +35,11 @@ class Restatement(Record):
 
 
 @final
-class StagnationState(DetectorState):
+class StagnationState(KeyedState[Restatement]):
     """The last output of each agent since the last tool call (LRU, at most 16)."""
 
-    __slots__ = ("agents",)
-
-    def __init__(self) -> None:
-        self.agents: dict[str, Restatement] = {}
-
-    def dump(self) -> Any:
-        return dump_map(self.agents)
-
-    @classmethod
-    def load(cls, data: Any) -> StagnationState:
-        st = cls()
-        st.agents = load_map(Restatement, data)
-        return st
+    __slots__ = ()
+    record = Restatement
 
 
 class Stagnation(Detector):
@@ -101,7 +90,7 @@ class Stagnation(Detector):
         return jaccard(wa, wb) >= self.similarity
 
     def observe(self, ctx: Context) -> Finding | None:
-        agents = ctx.state.slot(self.name, StagnationState).agents
+        agents = ctx.state.slot(self.name, StagnationState).by_key
         if ctx.event.kind == TOOL_CALL:
             if agents:
                 agents.clear()  # the agent acted: outputs before and after are not "in a row"
