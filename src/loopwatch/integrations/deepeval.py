@@ -32,9 +32,14 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from deepeval.metrics import BaseMetric
-from deepeval.metrics.utils import construct_verbose_logs  # both 3.x and 4.x export it here
-from deepeval.test_case import LLMTestCase
+try:
+    from deepeval.metrics import BaseMetric
+    from deepeval.metrics.utils import construct_verbose_logs  # both 3.x and 4.x export it here
+    from deepeval.test_case import LLMTestCase
+except ModuleNotFoundError as _exc:  # the framework is an extra
+    from . import missing_extra
+
+    raise missing_extra(_exc, ("deepeval",), "deepeval", "deepeval") from _exc
 
 from ..config import Config
 from ..findings import Finding, Severity
