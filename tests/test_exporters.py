@@ -342,7 +342,24 @@ def test_parentless_calls_are_joined_by_their_conversation(tmp_path: Path) -> No
     (run,) = runs
     assert run.meta["traces"] == 9
     assert sum(e["kind"] == "model" for e in run.events) == 9
-    assert verdict(run) == "stop"
+    report = scan(run.to_dict(), Config())
+    assert report.verdict == "stop"
+    assert "got the same result" in report.findings[0].message
+
+
+def test_tool_results_are_read_from_the_next_calls_input(tmp_path: Path) -> None:
+    """No tool spans: a call's results come back in the next call's input messages
+    (``tool_call_response`` parts); they are the run's tool_result events."""
+    doc = tc.openai_v2_trace(HEALTHY, {"search": search}, capture=True)
+    (run,) = read(tmp_path, doc)[0]
+    kinds = [e["kind"] for e in run.events]
+    assert kinds == ["span"] + ["model", "tool_call", "tool_result"] * 5 + ["model"]
+    calls = [e for e in run.events if e["kind"] == "tool_call"]
+    results = [e for e in run.events if e["kind"] == "tool_result"]
+    assert [r["id"] for r in results] == [c["id"] for c in calls]
+    assert [r["text"] for r in results] == [search(f"topic {i}") for i in range(5)]
+    assert run.events[-1]["text"] == "Here is what I found."
+    assert verdict(run) == "ok"
 
 
 def test_parentless_healthy_calls_make_one_clean_run(tmp_path: Path) -> None:

@@ -18,7 +18,9 @@ from ``parentSpanId`` and ordered by time. The mapping:
   a ``model`` event (output messages, ``gen_ai.completion`` and its flattened
   forms, ``llm.output_messages.*``; usage tokens, ``llm.cost.total``). Tool
   calls in the output become ``tool_call`` events only in traces that have no
-  tool spans (otherwise the tool spans already record them);
+  tool spans (otherwise the tool spans already record them), and their
+  ``tool_result`` events come from the tool messages of the next call's input
+  (``tool_call_response`` parts, or ``tool`` messages with a ``tool_call_id``);
 * ``invoke_agent`` / ``create_agent`` / OpenInference ``AGENT``: a ``span`` of
   type ``agent`` whose text is the input (recursion detection); any other
   GenAI operation or OpenInference kind: a ``span`` of that type;
@@ -112,10 +114,9 @@ _INPUT_KEYS = (
 )
 _UNKNOWN = "unknown"
 _CAPTURE_HINT = (
-    "message content is not captured by default: set "
-    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true (and, for the current "
-    "conventions, OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental), or fetch "
-    "Langfuse observations with their input and output"
+    "GenAI instrumentations capture no message content by default: set "
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT (span_only with "
+    "OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental, true on older ones)"
 )
 _CHAINS_MAX = 100_000
 
@@ -445,9 +446,10 @@ class OtlpReader(GroupingReader[_Span]):
             for i, s in enumerate(spans)
         ]  # fmt: skip
         missing: dict[str, int] = {}
+        pending: dict[str, str] = {}  # tool call id -> tool name, awaiting its result
 
         def emit(node: Node, parent: str | None) -> tuple[list[Any], list[Any], str | None]:
-            return _emit(node.data, parent, has_tool_spans, missing)
+            return _emit(node.data, parent, has_tool_spans, missing, pending)
 
         events, orphans = assemble(nodes, emit)
         if orphans:
@@ -739,8 +741,41 @@ def _count(missing: dict[str, int], what: str) -> None:
     missing[what] = missing.get(what, 0) + 1
 
 
+def _tool_responses(messages: list[Any] | None) -> Iterator[tuple[str, str]]:
+    """(tool call id, result text) of the tool results in a call's input messages:
+    GenAI ``tool_call_response`` parts, or ``tool`` messages with a ``tool_call_id``."""
+    for m in messages or ():
+        if not isinstance(m, Mapping):
+            continue
+        parts = m.get("parts")
+        if isinstance(parts, list):
+            for p in parts:
+                if (
+                    isinstance(p, Mapping)
+                    and p.get("type") == "tool_call_response"
+                    and p.get("id") is not None
+                ):
+                    yield str(p["id"]), _result_text(p.get("response"))
+        elif m.get("role") == "tool" and m.get("tool_call_id") is not None:
+            yield str(m["tool_call_id"]), _result_text(m.get("content"))
+
+
+def _result_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(
+        isinstance(v, Mapping) and v.get("type") in ("text", None) for v in value
+    ):
+        return "\n".join(as_text(v.get("text", v.get("content"))) for v in value)
+    return as_text(value)
+
+
 def _emit(
-    span: _Span, parent: str | None, has_tool_spans: bool, missing: dict[str, int]
+    span: _Span,
+    parent: str | None,
+    has_tool_spans: bool,
+    missing: dict[str, int],
+    pending: dict[str, str],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
     a = span.attrs
     what, span_type = _classify(a)
@@ -799,10 +834,21 @@ def _emit(
         agent = _first(a, "gen_ai.agent.name", "agent.name")
         if isinstance(agent, str):
             event["agent"] = agent
-        head = [_with_parent(event, parent)]
+        head = []
+        if not has_tool_spans and pending:
+            # No tool spans: the results of the calls an earlier turn asked for come
+            # back in this call's input messages, just before this turn.
+            for ident, text in _tool_responses(_input_messages(a)):
+                name = pending.pop(ident, None)
+                if name is not None:
+                    res = {"kind": "tool_result", "name": name, "id": ident, "text": text}
+                    head.append(_with_parent(res, parent))
+        head.append(_with_parent(event, parent))
         if not has_tool_spans:
             for i, c in enumerate(calls):
                 ident = c["id"] or f"{span.span_id}.{i}"
+                if c["id"]:
+                    pending[ident] = c["name"]
                 head.append(
                     _with_parent(
                         {"kind": "tool_call", "name": c["name"], "args": c["args"], "id": ident},
