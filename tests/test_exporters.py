@@ -378,3 +378,27 @@ def test_interleaved_conversations_stay_apart(tmp_path: Path) -> None:
     assert len(runs) == 2
     assert [run.meta["traces"] for run in runs] == [9, 9]
     assert [verdict(run) for run in runs] == ["stop", "stop"]
+
+
+# -- LangSmith with hidden inputs and outputs ---------------------------------------------------
+def test_langsmith_hidden_inputs_and_outputs_are_unknown(tmp_path: Path) -> None:
+    """``LANGSMITH_HIDE_INPUTS`` / ``_OUTPUTS`` record ``{}``: six different searches
+    must not read as one call with empty arguments and an empty result."""
+    runs = tc.langsmith_runs(LANGFUSE_HEALTHY, hide=True)
+    path = tmp_path / "ls.jsonl"
+    path.write_text("".join(json.dumps(tc.langsmith_dict(r)) + "\n" for r in runs))
+    items = list(read_runs(str(path)))
+    notes = [str(i) for i in items if isinstance(i, InputError)]
+    (run,) = [i for i in items if isinstance(i, TraceRun)]
+    assert [e["kind"] for e in run.events] == ["span"] + ["tool_call", "tool_result"] * 6
+    assert all("unknown" in e for e in run.events)
+    assert not any("args" in e or "text" in e for e in run.events)
+    assert run.meta["unknown"] == {
+        "model_text": 7, "span_inputs": 1, "tool_args": 6, "tool_results": 6
+    }  # fmt: skip
+    assert len(notes) == 1 and "LANGSMITH_HIDE_INPUTS" in notes[0]
+    shown = [tc.langsmith_dict(r) for r in tc.langsmith_runs(LANGFUSE_HEALTHY)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in shown))
+    (full,) = list(read_runs(str(path)))
+    assert isinstance(full, TraceRun) and "unknown" not in full.meta
+    assert verdict(full) == "ok"

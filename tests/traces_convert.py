@@ -263,9 +263,34 @@ def _dt(ns: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ns / 1e9, tz=dt.timezone.utc)
 
 
-def langsmith_runs(run: dict[str, Any]) -> list[Any]:
-    """``langsmith.schemas.Run`` objects for one native run (one trace)."""
+def langsmith_runs(run: dict[str, Any], *, hide: bool = False) -> list[Any]:
+    """``langsmith.schemas.Run`` objects for one native run (one trace).
+
+    ``hide``: inputs and outputs as a LangSmith client made with ``hide_inputs=True,
+    hide_outputs=True`` (what ``LANGSMITH_HIDE_INPUTS`` / ``_OUTPUTS`` do) records them.
+    """
     from langsmith.schemas import Run
+
+    if hide:
+        from langsmith import Client
+
+        client = Client(
+            api_url="http://127.0.0.1:9",
+            api_key="test",
+            hide_inputs=True,
+            hide_outputs=True,
+            auto_batch_tracing=False,  # nothing is sent: only its hiding is used
+            info={},  # no server to ask
+        )
+        return [
+            r.model_copy(
+                update={
+                    "inputs": client._hide_run_inputs(r.inputs),
+                    "outputs": None if r.outputs is None else client._hide_run_outputs(r.outputs),
+                }
+            )
+            for r in langsmith_runs(run)
+        ]
 
     trace_id = uuid.uuid5(uuid.NAMESPACE_URL, "ls:" + run["run_id"])
     out: list[Run] = []

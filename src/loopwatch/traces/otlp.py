@@ -115,8 +115,9 @@ _INPUT_KEYS = (
 _UNKNOWN = "unknown"
 _CAPTURE_HINT = (
     "GenAI instrumentations capture no message content by default: set "
-    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT (span_only with "
-    "OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental, true on older ones)"
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only (older ones, on the "
+    "legacy conventions, write content to log records, which a traces file does not hold: "
+    "add OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental)"
 )
 _CHAINS_MAX = 100_000
 
