@@ -285,6 +285,25 @@ def test_agents_v2_looping_run_still_stops(tmp_path: Path) -> None:
     assert "recursion" not in {f.detector for f in report.findings}
 
 
+def test_agents_v2_chat_spans_read_as_the_agents_turns(tmp_path: Path) -> None:
+    """With a real chat model the instrumentation adds chat spans; it names every one
+    after its own placeholder agent ("OpenAI Agent") and writes the output message as
+    a Python repr in a text part. The turns belong to the agent that ran them and
+    carry no repr text."""
+    pytest.importorskip("opentelemetry.instrumentation.openai_agents")
+    doc = tc.openai_agents_v2_trace(AGENTS_HEALTHY, _agents_tools(), chat_model=True)
+    (run,) = read(tmp_path, doc)[0]
+    models = [e for e in run.events if e["kind"] == "model"]
+    assert len(models) == 6
+    assert {m["agent"] for m in models} == {"researcher"}
+    assert [m["text"] for m in models] == [""] * 5 + ["Done."]
+    assert verdict(run) == "ok"
+    (looping,) = read(
+        tmp_path, tc.openai_agents_v2_trace(AGENTS_LOOPING, _agents_tools(), chat_model=True)
+    )[0]
+    assert verdict(looping) == "stop"
+
+
 # -- 3. Langfuse SDK v5 (OpenTelemetry spans through span_exporter=) ---------------------------
 LF_HEALTHY = [[("web_search", {"q": f"topic {i}"})] for i in range(6)] + ["Summary."]
 LF_LOOPING = [[("web_search", {"q": "paris weather"})] for _ in range(8)] + ["Gave up."]

@@ -582,9 +582,10 @@ def _otlp_of(spans: Any) -> dict[str, Any]:
     return otlp_hex(MessageToDict(encode_spans(spans)))
 
 
-def fake_openai(turns: list[Turn], id_style: str = "call_") -> Any:
-    """An ``openai.OpenAI`` client whose transport answers each chat completion with the
-    next scripted turn (tool calls or a final answer), like the OpenAI API would."""
+def fake_openai(turns: list[Turn], id_style: str = "call_", *, asynchronous: bool = False) -> Any:
+    """An ``openai.OpenAI`` (or ``AsyncOpenAI``) client whose transport answers each chat
+    completion with the next scripted turn (tool calls or a final answer), like the
+    OpenAI API would."""
     import httpx
     import openai
 
@@ -617,6 +618,13 @@ def fake_openai(turns: list[Turn], id_style: str = "call_") -> Any:
             },
         )  # fmt: skip
 
+    if asynchronous:
+        return openai.AsyncOpenAI(
+            api_key="test",
+            base_url="http://127.0.0.1:9/v1",
+            http_client=httpx.AsyncClient(transport=httpx.MockTransport(answer)),
+            max_retries=0,
+        )
     return openai.OpenAI(
         api_key="test",
         base_url="http://127.0.0.1:9/v1",
@@ -720,10 +728,16 @@ def _one_turn(state: dict[str, Any], tools: dict[str, Any], handler: Any, tool_s
             otel_context.detach(token)
 
 
-def openai_agents_v2_trace(turns: list[Turn], tools: list[Any]) -> dict[str, Any]:
-    """An OpenAI Agents SDK run (its ScriptedModel answering) recorded by
-    ``opentelemetry-instrumentation-openai-agents-v2``, as one OTLP document."""
-    from agents import Agent, Runner
+def openai_agents_v2_trace(
+    turns: list[Turn], tools: list[Any], *, chat_model: bool = False
+) -> dict[str, Any]:
+    """An OpenAI Agents SDK run recorded by
+    ``opentelemetry-instrumentation-openai-agents-v2``, as one OTLP document.
+
+    The SDK's ScriptedModel answers (no model spans), or, with ``chat_model``, its
+    ``OpenAIChatCompletionsModel`` over the fake OpenAI client (chat spans too).
+    """
+    from agents import Agent, OpenAIChatCompletionsModel, Runner
     from agents.testing import ScriptedModel, assistant_message, function_call
     from agents.tracing import set_trace_processors
     from opentelemetry.instrumentation.openai_agents import OpenAIAgentsInstrumentor
@@ -742,8 +756,12 @@ def openai_agents_v2_trace(turns: list[Turn], tools: list[Any]) -> dict[str, Any
             n += 1
             calls.append(function_call(name, args, call_id=f"call_{n}"))
         steps.append(calls)
+    model: Any = ScriptedModel(steps)
+    if chat_model:
+        client = fake_openai(turns, asynchronous=True)
+        model = OpenAIChatCompletionsModel(model="gpt-test", openai_client=client)
     try:
-        agent = Agent(name="researcher", model=ScriptedModel(steps), tools=tools)
+        agent = Agent(name="researcher", model=model, tools=tools)
         Runner.run_sync(agent, "Research the topic", max_turns=len(turns) + 2)
     finally:
         instrumentor.uninstrument()

@@ -51,10 +51,11 @@ continues that call's run.
 
 from __future__ import annotations
 
+import ast
 import base64
 import binascii
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -448,9 +449,21 @@ class OtlpReader(GroupingReader[_Span]):
         ]  # fmt: skip
         missing: dict[str, int] = {}
         pending: dict[str, str] = {}  # tool call id -> tool name, awaiting its result
+        by_id = {s.span_id: s for s in spans}
+
+        def agent_above(span: _Span) -> str | None:
+            """The name of the nearest enclosing agent span."""
+            current = by_id.get(span.parent_id) if span.parent_id else None
+            for _ in range(256):
+                if current is None:
+                    return None
+                if _classify(current.attrs)[1] == "agent":
+                    return _span_name(current, "agent")
+                current = by_id.get(current.parent_id) if current.parent_id else None
+            return None
 
         def emit(node: Node, parent: str | None) -> tuple[list[Any], list[Any], str | None]:
-            return _emit(node.data, parent, has_tool_spans, missing, pending)
+            return _emit(node.data, parent, has_tool_spans, missing, pending, agent_above)
 
         events, orphans = assemble(nodes, emit)
         if orphans:
@@ -771,12 +784,70 @@ def _result_text(value: Any) -> str:
     return as_text(value)
 
 
+def _span_name(span: _Span, span_type: str) -> str:
+    """A span event's name: the agent's name for agent spans, else the span's."""
+    a = span.attrs
+    name = _first(a, "gen_ai.agent.name", "agent.name") if span_type == "agent" else None
+    if not isinstance(name, str):
+        name = span.name
+        for prefix in ("invoke_agent ", "create_agent "):
+            name = name.removeprefix(prefix)
+    return name
+
+
+# Agent names that are an instrumentation's placeholder, not the agent's: the OpenAI
+# Agents v2 instrumentation puts its own default on every span (with id "agent").
+_PLACEHOLDER_AGENTS = frozenset({("OpenAI Agent", "agent")})
+
+
+def _model_agent(span: _Span, agent_above: Callable[[_Span], str | None]) -> str | None:
+    """The agent a model span speaks for: its own ``gen_ai.agent.name``, or, when that
+    is an instrumentation's placeholder, the nearest enclosing agent span's name."""
+    a = span.attrs
+    agent = _first(a, "gen_ai.agent.name", "agent.name")
+    if not isinstance(agent, str):
+        return None
+    if (agent, a.get("gen_ai.agent.id")) in _PLACEHOLDER_AGENTS:
+        return agent_above(span)
+    return agent
+
+
+def _unrepr(output: Any) -> Any:
+    """Output messages whose only text part is a Python ``repr`` of the message itself
+    (what the OpenAI Agents v2 instrumentation writes) as that message."""
+    output = maybe_json(output)
+    if not isinstance(output, list):
+        return output
+    fixed = []
+    for message in output:
+        parts = message.get("parts") if isinstance(message, Mapping) else None
+        if isinstance(parts, list) and len(parts) == 1 and isinstance(parts[0], Mapping):
+            content = parts[0].get("content")
+            if (
+                isinstance(content, str)
+                and content.startswith("{'")
+                and content.endswith("}")
+                and len(content) < 200_000
+                and "'role'" in content
+            ):
+                try:
+                    value = ast.literal_eval(content)
+                except (ValueError, SyntaxError, MemoryError, RecursionError):
+                    value = None
+                if isinstance(value, dict) and "role" in value:
+                    fixed.append(value)
+                    continue
+        fixed.append(message)
+    return fixed
+
+
 def _emit(
     span: _Span,
     parent: str | None,
     has_tool_spans: bool,
     missing: dict[str, int],
     pending: dict[str, str],
+    agent_above: Callable[[_Span], str | None],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
     a = span.attrs
     what, span_type = _classify(a)
@@ -824,7 +895,7 @@ def _emit(
             # the model saying nothing, turn after turn).
             _count(missing, "model_text")
             return [], [], None
-        text, calls = output_text_and_calls(output)
+        text, calls = output_text_and_calls(_unrepr(output))
         event: dict[str, Any] = {"kind": "model", "text": text}
         tokens = _tokens(a)
         if tokens:
@@ -832,8 +903,8 @@ def _emit(
         cost = _cost(a)
         if cost:
             event["cost"] = cost
-        agent = _first(a, "gen_ai.agent.name", "agent.name")
-        if isinstance(agent, str):
+        agent = _model_agent(span, agent_above)
+        if agent is not None:
             event["agent"] = agent
         head = []
         if not has_tool_spans and pending:
@@ -858,11 +929,7 @@ def _emit(
                 )
         return head, [], None
     if what == "span":
-        name = _first(a, "gen_ai.agent.name", "agent.name") if span_type == "agent" else None
-        if not isinstance(name, str):
-            name = span.name
-            for prefix in ("invoke_agent ", "create_agent "):
-                name = name.removeprefix(prefix)
+        name = _span_name(span, span_type)
         raw_input = _first(a, *_INPUT_KEYS)
         ev: dict[str, Any] = {"kind": "span", "name": name, "type": span_type, "id": span.span_id}
         if raw_input is None:
