@@ -13,11 +13,14 @@ that read as nothing.
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import traces_convert as tc
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from loopwatch import Config, scan
 from loopwatch.traces import InputError, TraceRun, read_runs
@@ -421,3 +424,51 @@ def test_langsmith_hidden_inputs_and_outputs_are_unknown(tmp_path: Path) -> None
     (full,) = list(read_runs(str(path)))
     assert isinstance(full, TraceRun) and "unknown" not in full.meta
     assert verdict(full) == "ok"
+
+
+# -- robustness --------------------------------------------------------------------------------
+_KEYS = [
+    "gen_ai.operation.name", "gen_ai.input.messages", "gen_ai.output.messages",
+    "gen_ai.tool.call.arguments", "gen_ai.tool.call.result", "gen_ai.agent.name",
+    "gen_ai.agent.id", "gen_ai.prompt", "langfuse.observation.type",
+    "langfuse.observation.input", "langfuse.observation.output",
+    "langfuse.observation.usage_details", "langfuse.observation.cost_details",
+    "langfuse.observation.level", "llm.input_messages.0.message.role",
+    "llm.input_messages.0.message.tool_call_id",
+]  # fmt: skip
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=8,
+)
+_VALUES = (
+    st.text(max_size=30)
+    | st.integers()
+    | st.booleans()
+    | st.lists(st.text(max_size=10), max_size=3)
+    | _JSONISH.map(json.dumps)
+    | st.sampled_from(["unknown", "chat", "execute_tool", "tool", "generation", "{'role': 1}"])
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.dictionaries(st.sampled_from(_KEYS), _VALUES, max_size=6), max_size=4))
+def test_odd_attribute_values_never_crash_the_reader(attrs: list[dict[str, Any]]) -> None:
+    """Any values under the keys the new mappings read (messages, Langfuse attributes,
+    agent names...), on parentless spans and in a tree: reading never raises."""
+    provider, exporter = tc._otel_collector()
+    tracer = provider.get_tracer("fuzz")
+    with tracer.start_as_current_span("root", attributes={"gen_ai.operation.name": "chat"}):
+        for a in attrs:
+            tracer.start_span("child", attributes=a).end()
+    for a in attrs:  # parentless: each its own trace, candidates for chaining
+        from opentelemetry import context as otel_context
+
+        tracer.start_span("call", context=otel_context.Context(), attributes=a).end()
+    doc = tc._otlp_of(exporter.get_finished_spans())
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "fuzz.json"
+        path.write_text(json.dumps(doc))
+        for item in read_runs(str(path)):
+            if isinstance(item, TraceRun):
+                scan(item.to_dict(), Config())

@@ -807,7 +807,8 @@ def _model_agent(span: _Span, agent_above: Callable[[_Span], str | None]) -> str
     agent = _first(a, "gen_ai.agent.name", "agent.name")
     if not isinstance(agent, str):
         return None
-    if (agent, a.get("gen_ai.agent.id")) in _PLACEHOLDER_AGENTS:
+    ident = a.get("gen_ai.agent.id")
+    if isinstance(ident, str) and (agent, ident) in _PLACEHOLDER_AGENTS:
         return agent_above(span)
     return agent
 
