@@ -100,7 +100,7 @@ def test_stop_raises_at_the_event_scan_reports_and_the_tool_never_runs(mode: str
     assert verdict is not None and verdict.action == "stop"
     # the tripwire names the loop, not only the guardrail's class
     assert isinstance(caught.value, LoopTripwire) and verdict.message
-    assert str(caught.value) == f"loopwatch stopped the run: {verdict.message}"
+    assert str(caught.value) == verdict.message  # "[loopwatch] Run stopped: You called ..."
     assert "search" in str(caught.value)
     report = scan(guard.events, config=guard.config)
     assert verdict.step == report.first_stop == len(guard.events) - 1

@@ -79,7 +79,7 @@ class LoopTripwire(ToolInputGuardrailTripwireTriggered):
         super().__init__(guardrail, output)
         info = output.output_info
         message = info.message if isinstance(info, Verdict) and info.message else None
-        self.args = (f"loopwatch stopped the run: {message or 'a loop was detected'}",)
+        self.args = (message or "[loopwatch] Run stopped: a loop was detected.",)
 
 
 def loop_verdict(exc: BaseException) -> Verdict | None:
