@@ -30,7 +30,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopwatch import Config, Guard, InputError, TraceRun, scan
-from loopwatch.integrations.deepeval import LoopwatchMetric
+from loopwatch.integrations.deepeval import LoopwatchMetric, metric_score
+from loopwatch.traces import read_runs
 from loopwatch.traces.deepeval import looks_like, runs_from_obj, span_to_events
 
 
@@ -125,9 +126,9 @@ def test_no_trace_fails_with_a_clear_reason() -> None:
 
 def test_strict_mode_and_configuration_keywords() -> None:
     trace = traced(lambda: [web_search(q="paris weather") for _ in range(3)])
-    lenient = LoopwatchMetric()
+    lenient = LoopwatchMetric(threshold=0.3)  # fail only what the guard would stop
     lenient.measure(case(trace))
-    assert lenient.success is True and lenient.score < 1.0  # a warning only
+    assert lenient.success is True and 0.3 <= lenient.score < 0.5  # a warning only
     strict = LoopwatchMetric(strict_mode=True)
     strict.measure(case(trace))
     assert strict.threshold == 1.0 and strict.score == 0.0 and strict.success is False
@@ -283,3 +284,73 @@ def test_span_tree_events_are_well_formed(span: dict[str, Any]) -> None:
     guard = Guard(Config())
     stops = [i for i, e in enumerate(events) if guard.observe("p", e).action == "stop"]
     assert (stops[0] if stops else None) == scan(events, config=Config()).first_stop
+
+
+# -- the score: verdict bands (issue 14) --------------------------------------------------------
+def test_the_score_bands_follow_the_guards_verdict() -> None:
+    """Clean 1.0; warned below 0.5 (fails the default threshold); stopped below 0.3."""
+    three = traced(lambda: [web_search(q="paris weather") for _ in range(3)])
+    scores = {}
+    for name, trace in (("ok", traced(paging)), ("warn", three),
+                        ("stop", traced(six_identical_calls))):  # fmt: skip
+        metric = LoopwatchMetric()
+        metric.measure(case(trace))
+        assert metric.report is not None and metric.report.verdict == name
+        scores[name] = metric.score
+        assert metric.success is (name == "ok")
+    assert scores["ok"] == 1.0
+    assert 0.3 <= scores["warn"] < 0.5
+    assert 0.0 <= scores["stop"] < 0.3
+
+
+def test_within_a_band_the_scans_score_orders_runs() -> None:
+    five = LoopwatchMetric()
+    five.measure(case(traced(lambda: [web_search(q="paris weather") for _ in range(5)])))
+    twelve = LoopwatchMetric()
+    twelve.measure(case(traced(lambda: [web_search(q="paris weather") for _ in range(12)])))
+    assert five.report is not None and twelve.report is not None
+    assert five.report.verdict == twelve.report.verdict == "stop"
+    assert twelve.report.score <= five.report.score
+    assert twelve.score <= five.score < 0.3
+    assert metric_score(five.report) == five.score
+
+
+# -- deepeval's own test-run file --------------------------------------------------------------
+def test_scan_reads_the_test_run_file_deepeval_writes(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``evals_iterator`` leaves ``.deepeval/.latest_test_run.json``; ``loopwatch scan
+    --format deepeval`` (and sniffing) reads one run per test case from it, in the
+    order the live metric saw."""
+    monkeypatch.chdir(tmp_path)
+
+    @observe(type="agent", name="researcher")
+    def agent(question: str) -> str:
+        for step in range(6):
+            think(step)
+            web_search(q="paris weather")
+        return "done"
+
+    live = LoopwatchMetric()
+    dataset = EvaluationDataset(
+        goldens=[Golden(input="What is the weather in Paris?"), Golden(input="And in Rome?")]
+    )
+    for golden in dataset.evals_iterator(
+        metrics=[live],
+        async_config=AsyncConfig(run_async=False),
+        display_config=DisplayConfig(show_indicator=False, print_results=False),
+    ):
+        agent(golden.input)
+    path = tmp_path / ".deepeval" / ".latest_test_run.json"
+    assert path.exists()
+    for fmt in (None, "deepeval"):
+        items = list(read_runs(str(path), fmt))
+        runs = [i for i in items if isinstance(i, TraceRun)]
+        assert [i for i in items if isinstance(i, InputError)] == []
+        assert [r.meta["input"] for r in runs] == [g.input for g in dataset.goldens]
+        for run in runs:
+            kinds = [e["kind"] for e in run.events]
+            assert kinds == ["span"] + ["model", "tool_call", "tool_result"] * 6
+            report = scan(run.to_dict(), Config())
+            assert live.report is not None
+            assert (report.verdict, report.first_stop) == ("stop", live.report.first_stop)

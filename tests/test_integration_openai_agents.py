@@ -18,7 +18,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from test_integration_decorator import RecordingGuard
 
 from loopwatch import Guard, LoopDetected, scan
-from loopwatch.integrations.openai_agents import LoopwatchAgents, loop_verdict
+from loopwatch.integrations.openai_agents import LoopTripwire, LoopwatchAgents, loop_verdict
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -98,6 +98,10 @@ def test_stop_raises_at_the_event_scan_reports_and_the_tool_never_runs(mode: str
 
     verdict = loop_verdict(caught.value)
     assert verdict is not None and verdict.action == "stop"
+    # the tripwire names the loop, not only the guardrail's class
+    assert isinstance(caught.value, LoopTripwire) and verdict.message
+    assert str(caught.value) == verdict.message  # "[loopwatch] Run stopped: You called ..."
+    assert "search" in str(caught.value)
     report = scan(guard.events, config=guard.config)
     assert verdict.step == report.first_stop == len(guard.events) - 1
     assert guard.events[verdict.step]["kind"] == "tool_call"

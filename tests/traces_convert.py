@@ -263,9 +263,34 @@ def _dt(ns: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ns / 1e9, tz=dt.timezone.utc)
 
 
-def langsmith_runs(run: dict[str, Any]) -> list[Any]:
-    """``langsmith.schemas.Run`` objects for one native run (one trace)."""
+def langsmith_runs(run: dict[str, Any], *, hide: bool = False) -> list[Any]:
+    """``langsmith.schemas.Run`` objects for one native run (one trace).
+
+    ``hide``: inputs and outputs as a LangSmith client made with ``hide_inputs=True,
+    hide_outputs=True`` (what ``LANGSMITH_HIDE_INPUTS`` / ``_OUTPUTS`` do) records them.
+    """
     from langsmith.schemas import Run
+
+    if hide:
+        from langsmith import Client
+
+        client = Client(
+            api_url="http://127.0.0.1:9",
+            api_key="test",
+            hide_inputs=True,
+            hide_outputs=True,
+            auto_batch_tracing=False,  # nothing is sent: only its hiding is used
+            info={},  # no server to ask
+        )
+        return [
+            r.model_copy(
+                update={
+                    "inputs": client._hide_run_inputs(r.inputs),
+                    "outputs": None if r.outputs is None else client._hide_run_outputs(r.outputs),
+                }
+            )
+            for r in langsmith_runs(run)
+        ]
 
     trace_id = uuid.uuid5(uuid.NAMESPACE_URL, "ls:" + run["run_id"])
     out: list[Run] = []
@@ -334,10 +359,27 @@ def langsmith_dict(r: Any) -> dict[str, Any]:
 
 
 # -- Langfuse ------------------------------------------------------------------------------
-def langfuse_observations(run: dict[str, Any], *, v3: bool = False) -> list[dict[str, Any]]:
+# The observations API's field groups (GET /api/public/v2/observations?fields=...)
+LANGFUSE_FIELD_GROUPS = {
+    "core": {"id", "trace_id", "start_time", "end_time", "project_id", "parent_observation_id",
+             "type"},
+    "basic": {"name", "level", "status_message"},
+    "io": {"input", "output"},
+    "metadata": {"metadata"},
+    "usage": {"usage_details", "cost_details", "total_cost"},
+}  # fmt: skip
+
+
+def langfuse_observations(
+    run: dict[str, Any], *, v3: bool = False, fields: tuple[str, ...] | None = None
+) -> list[dict[str, Any]]:
     """Observations of one native run made with Langfuse's API model (``ObservationV2``),
     serialised as the API does (camelCase). v5: ``input``/``output`` as JSON strings;
-    v3: structured, with the v3 ``usage`` / ``calculatedTotalCost`` fields."""
+    v3: structured, with the v3 ``usage`` / ``calculatedTotalCost`` fields.
+
+    ``fields``: the field groups requested from the observations API (its default is
+    ``("core", "basic")``); only those fields are set, and the model's own ``.json()``
+    (which leaves unset fields out) serialises them."""
     from langfuse.api.commons.types.observation_v2 import ObservationV2
 
     trace_id = uuid.uuid5(uuid.NAMESPACE_URL, "lf:" + run["run_id"]).hex
@@ -379,6 +421,11 @@ def langfuse_observations(run: dict[str, Any], *, v3: bool = False) -> list[dict
             for k in ("input", "output"):
                 if k in kw and not isinstance(kw[k], str):
                     kw[k] = json.dumps(kw[k])
+        if fields is not None:
+            keep = set().union(*(LANGFUSE_FIELD_GROUPS[g] for g in fields))
+            model = ObservationV2(**{k: v for k, v in kw.items() if k in keep})
+            out.append(json.loads(model.json()))
+            continue
         obs = ObservationV2(**kw).model_dump(mode="json", by_alias=True)
         if v3:
             obs.update(extra)
@@ -506,3 +553,260 @@ def _finish(s: PlanSpan, span: Any) -> None:
 
             span.set_error(SpanError(message=s.result["text"], data=None))
     span.finish()
+
+
+# -- real instrumentations ------------------------------------------------------------------
+# The fixtures below are recorded by the instrumentation packages themselves, driving the
+# real clients and SDKs against scripted fake models (an httpx transport that answers
+# like the OpenAI API, or the Agents SDK's ScriptedModel): nothing leaves the process.
+Turn = list[tuple[str, dict[str, Any]]] | str  # tool calls (name, args), or a final answer
+
+
+def _otel_collector() -> tuple[Any, Any]:
+    """A TracerProvider whose finished spans land in a list; (provider, exporter)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def _otlp_of(spans: Any) -> dict[str, Any]:
+    """Finished SDK spans as the OTLP file exporter's JSON (hex ids, integer enums)."""
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    return otlp_hex(MessageToDict(encode_spans(spans)))
+
+
+def fake_openai(turns: list[Turn], id_style: str = "call_", *, asynchronous: bool = False) -> Any:
+    """An ``openai.OpenAI`` (or ``AsyncOpenAI``) client whose transport answers each chat
+    completion with the next scripted turn (tool calls or a final answer), like the
+    OpenAI API would."""
+    import httpx
+    import openai
+
+    state = {"n": 0, "calls": 0}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        turn = turns[min(state["n"], len(turns) - 1)]
+        state["n"] += 1
+        if isinstance(turn, str):
+            message: dict[str, Any] = {"role": "assistant", "content": turn}
+            finish = "stop"
+        else:
+            calls = []
+            for name, args in turn:
+                state["calls"] += 1
+                ident = f"{id_style}{uuid.uuid5(uuid.NAMESPACE_URL, str(state['calls'])).hex[:24]}"
+                calls.append(
+                    {"id": ident, "type": "function",
+                     "function": {"name": name, "arguments": json.dumps(args)}}
+                )  # fmt: skip
+            message = {"role": "assistant", "content": None, "tool_calls": calls}
+            finish = "tool_calls"
+        return httpx.Response(
+            200,
+            json={
+                "id": f"chatcmpl-{state['n']}", "object": "chat.completion", "created": 1,
+                "model": "gpt-test",
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 40, "completion_tokens": 12, "total_tokens": 52},
+            },
+        )  # fmt: skip
+
+    if asynchronous:
+        return openai.AsyncOpenAI(
+            api_key="test",
+            base_url="http://127.0.0.1:9/v1",
+            http_client=httpx.AsyncClient(transport=httpx.MockTransport(answer)),
+            max_retries=0,
+        )
+    return openai.OpenAI(
+        api_key="test",
+        base_url="http://127.0.0.1:9/v1",
+        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
+        max_retries=0,
+    )
+
+
+def openai_v2_trace(
+    turns: list[Turn],
+    tools: dict[str, Any],
+    *,
+    capture: bool = False,
+    agent_span: bool = True,
+    tool_spans: bool = False,
+    runs: int = 1,
+) -> dict[str, Any]:
+    """An agent loop over the OpenAI client instrumented by
+    ``opentelemetry-instrumentation-openai-v2``, as one OTLP document.
+
+    ``capture``: message content captured on spans (the instrumentation's default is
+    not to). ``agent_span``: the loop runs inside an ``invoke_agent`` span and
+    ``tool_spans``: each tool inside an ``execute_tool`` span, both made with
+    ``opentelemetry-util-genai``'s handler (what agent frameworks' instrumentations
+    use); without ``agent_span`` every model call is a trace of its own.
+    ``runs``: how many times the whole conversation is run (interleaved call by call).
+    """
+    import os
+
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+    from opentelemetry.util.genai.handler import TelemetryHandler
+
+    env = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+    saved = os.environ.pop(env, None)
+    if capture:
+        os.environ[env] = "span_only"
+    provider, exporter = _otel_collector()
+    instrumentor = OpenAIInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        handler = TelemetryHandler(tracer_provider=provider)
+        states = []
+        for r in range(runs):
+            client = fake_openai(turns)
+            messages: list[Any] = [{"role": "user", "content": f"Research task {r}: find facts"}]
+            agent = handler.invoke_local_agent(agent_name="researcher") if agent_span else None
+            states.append({"client": client, "messages": messages, "agent": agent, "done": False})
+        while not all(s["done"] for s in states):
+            for s in states:
+                if not s["done"]:
+                    _one_turn(s, tools, handler, tool_spans)
+        for s in states:
+            if s["agent"] is not None:
+                s["agent"].stop()
+    finally:
+        instrumentor.uninstrument()
+        os.environ.pop(env, None)
+        if saved is not None:
+            os.environ[env] = saved
+    doc = _otlp_of(exporter.get_finished_spans())
+    provider.shutdown()
+    return doc
+
+
+def _one_turn(state: dict[str, Any], tools: dict[str, Any], handler: Any, tool_spans: bool) -> None:
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace as otel_trace
+
+    agent = state["agent"]
+    token = (
+        otel_context.attach(otel_trace.set_span_in_context(agent.span))
+        if agent is not None
+        else None
+    )
+    try:
+        reply = state["client"].chat.completions.create(
+            model="gpt-test",
+            messages=state["messages"],
+            tools=[
+                {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+                for n in tools
+            ],
+        )
+        message = reply.choices[0].message
+        state["messages"].append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            state["done"] = True
+            return
+        for call in message.tool_calls:
+            args = json.loads(call.function.arguments)
+            if tool_spans:
+                with handler.tool(call.function.name, tool_call_id=call.id) as inv:
+                    result = tools[call.function.name](**args)
+                    inv.arguments = args
+                    inv.tool_result = result
+            else:
+                result = tools[call.function.name](**args)
+            state["messages"].append({"role": "tool", "tool_call_id": call.id, "content": result})
+    finally:
+        if token is not None:
+            otel_context.detach(token)
+
+
+def openai_agents_v2_trace(
+    turns: list[Turn], tools: list[Any], *, chat_model: bool = False
+) -> dict[str, Any]:
+    """An OpenAI Agents SDK run recorded by
+    ``opentelemetry-instrumentation-openai-agents-v2``, as one OTLP document.
+
+    The SDK's ScriptedModel answers (no model spans), or, with ``chat_model``, its
+    ``OpenAIChatCompletionsModel`` over the fake OpenAI client (chat spans too).
+    """
+    from agents import Agent, OpenAIChatCompletionsModel, Runner
+    from agents.testing import ScriptedModel, assistant_message, function_call
+    from agents.tracing import set_trace_processors
+    from opentelemetry.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    provider, exporter = _otel_collector()
+    instrumentor = OpenAIAgentsInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    n = 0
+    steps: list[Any] = []
+    for turn in turns:
+        if isinstance(turn, str):
+            steps.append([assistant_message(turn)])
+            continue
+        calls = []
+        for name, args in turn:
+            n += 1
+            calls.append(function_call(name, args, call_id=f"call_{n}"))
+        steps.append(calls)
+    model: Any = ScriptedModel(steps)
+    if chat_model:
+        client = fake_openai(turns, asynchronous=True)
+        model = OpenAIChatCompletionsModel(model="gpt-test", openai_client=client)
+    try:
+        agent = Agent(name="researcher", model=model, tools=tools)
+        Runner.run_sync(agent, "Research the topic", max_turns=len(turns) + 2)
+    finally:
+        instrumentor.uninstrument()
+        set_trace_processors([])  # the SDK's default processor would try to upload
+    doc = _otlp_of(exporter.get_finished_spans())
+    provider.shutdown()
+    return doc
+
+
+def langfuse_v5_trace(turns: list[Turn], tools: dict[str, Any]) -> dict[str, Any]:
+    """An agent written with the Langfuse Python SDK v5's ``@observe`` (agent,
+    generation and tool observations), its spans written through ``span_exporter=``
+    (what a user does to keep them in a file), as one OTLP document."""
+    from langfuse import Langfuse, observe
+
+    provider, exporter = _otel_collector()
+    del provider  # Langfuse builds its own provider around the exporter
+    key = f"pk-lf-{uuid.uuid4().hex}"  # a client per key: each fixture gets a fresh one
+    client = Langfuse(
+        public_key=key,
+        secret_key="sk-lf-test",
+        base_url="http://127.0.0.1:9",
+        span_exporter=exporter,
+        flush_at=1,
+    )
+    wrapped = {name: observe(as_type="tool", name=name)(fn) for name, fn in tools.items()}
+
+    @observe(as_type="generation", name="llm")
+    def llm(turn: Turn) -> Any:
+        if isinstance(turn, str):
+            return {"role": "assistant", "content": turn}
+        return {"role": "assistant", "content": f"Calling {', '.join(n for n, _ in turn)}."}
+
+    @observe(as_type="agent", name="researcher")
+    def agent(task: str) -> str:
+        for turn in turns:
+            llm(turn, langfuse_public_key=key)
+            if isinstance(turn, str):
+                return turn
+            for name, args in turn:
+                wrapped[name](**args, langfuse_public_key=key)
+        return "out of turns"
+
+    agent("Research the topic", langfuse_public_key=key)
+    client.flush()
+    doc = _otlp_of(exporter.get_finished_spans())
+    client.shutdown()
+    return doc

@@ -55,12 +55,26 @@ _LONE: Final = "surrogatepass"
 # returned: UUIDs, ISO-8601 timestamps, long hex ids (request ids, trace ids, hashes),
 # and dates. Masked in results everywhere and in arguments only in string values
 # (never numbers: page=1 and page=2 are different calls).
+#
+# Ids are recognised by their shape, not by the provider that made them, so that the
+# same run reads the same whoever served it: a prefixed random token (``call_...``,
+# ``toolu_01...``, ``msg_bdrk_01...``, ``chatcmpl-...``, ``fc_...``, ``run-...``: a
+# lowercase prefix, then 8+ letters and digits with at least one of each), the value
+# of an id key in compact JSON (``"tool_call_id":"..."``), and a quoted mixed-case
+# token of letters and digits (``"D681PevKs"``: short random ids in JSON written with
+# spaces, where the key is another token). A serialised tool message that echoes its
+# call's id must not make two identical results look different.
 _VOLATILE = re.compile(
     r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
     r"|\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
     r"|\b\d{2}:\d{2}:\d{2}(?:\.\d+)?\b"
     r"|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{16,}\b"
-    r"|\b(?:req|request|trace|span|msg|call|run)[_-][A-Za-z0-9]{6,}\b",
+    # prefixed ids; the lookahead lets every other word fail at once
+    r"|\b(?=[a-z]{2,12}[_-])(?:(?:req|request|trace|span|msg|call|run|toolu|chatcmpl)[_-]"
+    r"[a-z0-9]{6,}\b|(?:[a-z]{2,12}[_-]){1,3}(?=[a-z0-9]*\d)(?=[a-z0-9]*[a-z])[a-z0-9]{8,}\b)"
+    # quoted: an id key's value in compact JSON, or a mixed-case random token
+    r'|"(?:(?:id|call_id|tool_call_id|tool_use_id)":"[\w.:-]{3,64}'
+    r'|(?-i:(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[a-z])(?=[A-Za-z0-9]*[A-Z])[A-Za-z0-9]{9,40}))(?=")',
     re.IGNORECASE,
 )
 # Argument keys whose values are volatile by name (a fresh request id per retry
@@ -69,7 +83,8 @@ _VOLATILE_KEYS: Final = frozenset(
     {
         "request_id", "requestid", "trace_id", "traceid", "span_id", "spanid",
         "idempotency_key", "idempotencykey", "nonce", "timestamp", "ts",
-        "correlation_id", "correlationid", "call_id", "tool_call_id",
+        "correlation_id", "correlationid", "call_id", "tool_call_id", "tool_use_id",
+        "toolcallid", "tooluseid",
     }
 )  # fmt: skip
 # Words that rewording adds or drops without changing a query ("weather in paris").

@@ -11,26 +11,42 @@
 The metric reads the nested span dict deepeval gives trace-aware metrics
 (``test_case._trace_dict``), turns it into events with
 :func:`loopwatch.traces.deepeval.span_to_events` and scans them with the same
-detectors as the runtime guard. ``score`` is the scan's score (1.0 clean ... 0.0
-severe looping); the metric passes when ``score >= threshold``. Unlike deepeval's
-own ``AgentLoopDetectionMetric``, six identical calls returning the same result
-fail at the default threshold: the guard would have stopped that run at the 5th.
+detectors as the runtime guard. The metric passes when ``score >= threshold``
+(0.5 by default). Unlike deepeval's own ``AgentLoopDetectionMetric``, six
+identical calls returning the same result fail at the default threshold: the
+guard would have stopped that run at the 5th.
+
+The score is the scan's verdict first, its score second: a clean run scores
+1.0, a run the guard would have warned about scores in [0.3, 0.5), one it would
+have stopped in [0, 0.3), each band ordered by the scan's own score (1.0 clean
+... 0.0 severe). Why not the scan's score as it is: that score multiplies
+per-detector sub-scores, so one stop-level finding can still leave it above
+deepeval's 0.5 pass line, and a metric that passes a run loopwatch would have
+stopped says the opposite of the guard. The bands make ``threshold`` mean what a
+deepeval user expects: 0.5 fails anything suspicious, 0.3 fails what the guard
+would stop. ``report.score`` keeps the scan's own score (the one ``loopwatch
+scan --json`` prints).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
-from deepeval.metrics import BaseMetric
-from deepeval.metrics.utils import construct_verbose_logs  # both 3.x and 4.x export it here
-from deepeval.test_case import LLMTestCase
+try:
+    from deepeval.metrics import BaseMetric
+    from deepeval.metrics.utils import construct_verbose_logs  # both 3.x and 4.x export it here
+    from deepeval.test_case import LLMTestCase
+except ModuleNotFoundError as _exc:  # the framework is an extra
+    from . import missing_extra
+
+    raise missing_extra(_exc, ("deepeval",), "deepeval", "deepeval") from _exc
 
 from ..config import Config
 from ..findings import Finding, Severity
 from ..scan import Report, Scanner
 from ..traces.deepeval import span_to_events
 
-__all__ = ["LoopwatchMetric"]
+__all__ = ["LoopwatchMetric", "metric_score"]
 
 _REASONS_MAX = 4
 
@@ -113,7 +129,7 @@ class LoopwatchMetric(BaseMetric):  # type: ignore[no-untyped-call]  # deepeval'
         events = span_to_events(trace)
         report = self.scanner.scan(events, run_id=str(trace.get("name") or ""))
         self.report = report
-        score = report.score
+        score = metric_score(report)
         if self.strict_mode and score < 1.0:
             score = 0.0
         self.score = score
@@ -129,10 +145,30 @@ class LoopwatchMetric(BaseMetric):  # type: ignore[no-untyped-call]  # deepeval'
                 f"First warning at event {report.first_warn}, first stop at {report.first_stop}",
                 f"Findings: {[f.to_dict() for f in report.findings]}",
                 f"Metrics: {report.metrics}",
-                f"Score: {self.score} (threshold {self.threshold})",
+                f"Score: {self.score} (verdict {report.verdict}, scan score "
+                f"{report.score}; threshold {self.threshold})",
             ],
         )
         return score
+
+
+# Score bands by verdict (see the module docstring): [low, high) for warn and stop.
+WARN_BAND: Final = (0.3, 0.5)
+STOP_BAND: Final = (0.0, 0.3)
+_BELOW: Final = 0.001  # keeps a band's top out of the band above
+
+
+def metric_score(report: Report) -> float:
+    """The metric's score for a scan report: 1.0 when the guard would not have warned,
+    in ``WARN_BAND`` when it would have warned, in ``STOP_BAND`` when it would have
+    stopped; within a band, the scan's score places the run."""
+    if report.verdict == "ok" and not report.findings:
+        return 1.0
+    low, high = STOP_BAND if report.verdict == "stop" else WARN_BAND
+    if report.verdict == "ok":  # findings below warn level: just under a clean run
+        low, high = WARN_BAND[1], 1.0
+    share = min(max(report.score, 0.0), 1.0)
+    return round(low + (high - low - _BELOW) * share, 4)
 
 
 def _reason(report: Report) -> str:

@@ -30,21 +30,31 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Final
 from uuid import UUID
 
-from langchain.agents.middleware import (
-    AgentMiddleware,
-    AgentState,
-    ModelRequest,
-    ModelResponse,
-    ToolCallRequest,
-    hook_config,
-)
-from langchain.agents.middleware.types import ModelCallResult, PrivateStateAttr
-from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, LLMResult
-from langgraph.channels.untracked_value import UntrackedValue
-from langgraph.types import Command
-from typing_extensions import NotRequired
+try:
+    from langchain.agents.middleware import (
+        AgentMiddleware,
+        AgentState,
+        ModelRequest,
+        ModelResponse,
+        ToolCallRequest,
+        hook_config,
+    )
+    from langchain.agents.middleware.types import ModelCallResult, PrivateStateAttr
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+    from langchain_core.outputs import ChatGeneration, LLMResult
+    from langgraph.channels.untracked_value import UntrackedValue
+    from langgraph.types import Command
+    from typing_extensions import NotRequired
+except ModuleNotFoundError as _exc:  # the framework is an extra
+    from . import missing_extra
+
+    raise missing_extra(
+        _exc,
+        ("langchain", "langchain_core", "langgraph"),
+        "langchain",
+        "LangChain (langchain and langgraph)",
+    ) from _exc
 
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard

@@ -34,28 +34,52 @@ import uuid
 from collections.abc import Iterable
 from typing import Any, Final, TypeVar
 
-from agents import RunConfig, RunContextWrapper, RunHooks
-from agents.exceptions import ToolInputGuardrailTripwireTriggered
-from agents.items import ModelResponse
-from agents.run_config import CallModelData, CallModelInputFilter, ModelInputData
-from agents.tool import FunctionTool, Tool
-from agents.tool_context import ToolContext
-from agents.tool_guardrails import (
-    ToolGuardrailFunctionOutput,
-    ToolInputGuardrail,
-    ToolInputGuardrailData,
-)
+try:
+    from agents import RunConfig, RunContextWrapper, RunHooks
+    from agents.exceptions import ToolInputGuardrailTripwireTriggered
+    from agents.items import ModelResponse
+    from agents.run_config import CallModelData, CallModelInputFilter, ModelInputData
+    from agents.tool import FunctionTool, Tool
+    from agents.tool_context import ToolContext
+    from agents.tool_guardrails import (
+        ToolGuardrailFunctionOutput,
+        ToolInputGuardrail,
+        ToolInputGuardrailData,
+    )
+except ModuleNotFoundError as _exc:  # the framework is an extra
+    from . import missing_extra
+
+    raise missing_extra(
+        _exc, ("agents",), "openai-agents", "the OpenAI Agents SDK (openai-agents)"
+    ) from _exc
 
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
 from . import PendingWarnings, aobserve_safely, content_text, make_guard
 
-__all__ = ["LoopwatchAgents", "LoopwatchRun", "LoopwatchRunHooks", "loop_verdict"]
+__all__ = ["LoopTripwire", "LoopwatchAgents", "LoopwatchRun", "LoopwatchRunHooks", "loop_verdict"]
 
 RUN_KEY: Final = "loopwatch_run_id"
 DEFAULT_RUN: Final = "default"
 
 T = TypeVar("T", bound=Tool)
+
+
+class LoopTripwire(ToolInputGuardrailTripwireTriggered):
+    """The SDK's tool-guardrail tripwire, saying which loop tripped it.
+
+    The SDK builds its own tripwire exception with a message that names only the
+    guardrail's class ("Tool input guardrail ToolInputGuardrail triggered
+    tripwire"); a stopped run should say why. Raised by the guardrail itself, so
+    ``except ToolInputGuardrailTripwireTriggered`` still catches it and
+    ``output.output_info`` is still the :class:`~loopwatch.Verdict`.
+    """
+
+    def __init__(self, guardrail: ToolInputGuardrail[Any], output: ToolGuardrailFunctionOutput):
+        super().__init__(guardrail, output)
+        info = output.output_info
+        message = info.message if isinstance(info, Verdict) and info.message else None
+        self.args = (message or "[loopwatch] Run stopped: a loop was detected.",)
 
 
 def loop_verdict(exc: BaseException) -> Verdict | None:
@@ -146,7 +170,10 @@ class LoopwatchAgents:
             )
         if verdict.action is Action.STOP:
             self.pending.discard(run)
-            return ToolGuardrailFunctionOutput.raise_exception(output_info=verdict)
+            raise LoopTripwire(
+                self.tool_guardrail,
+                ToolGuardrailFunctionOutput.raise_exception(output_info=verdict),
+            )
         if verdict.action is Action.WARN:
             self.pending.add(run, verdict.message)
         return ToolGuardrailFunctionOutput.allow(output_info=verdict)

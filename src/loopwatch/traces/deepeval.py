@@ -21,6 +21,18 @@ The mapping, in execution order:
 
 Nothing is lost: a child that is not a span dict keeps its place as an event of
 unknown kind (ignored by the detectors, as FORMAT.md says).
+
+The file deepeval itself writes after an evaluation is read too:
+``.deepeval/.latest_test_run.json`` (``{"testRunData": <TestRun>}``), and the
+``TestRun`` document of ``.latest_run_full.json`` and of the results folder's
+``test_run_*.json``. Each test case's ``trace`` is a ``TraceApi``: flat lists of
+spans by type (``agentSpans``, ``llmSpans``, ``toolSpans``, ``retrieverSpans``,
+``baseSpans``) that point at their parent by ``parentUuid``. The tree is rebuilt
+from them and read as above, one run per test case. Its times are in
+milliseconds, so steps that share one are ordered by their position in their
+list, alternating between lists (a model turn, then the tool it called, then the
+next turn): the lists keep each kind in order, the times only order the kinds
+coarsely.
 """
 
 from __future__ import annotations
@@ -34,7 +46,7 @@ import orjson
 
 from .base import InputError, TraceRun
 
-__all__ = ["looks_like", "runs_from_obj", "span_to_events"]
+__all__ = ["looks_like", "nest_trace", "runs_from_obj", "span_to_events"]
 
 SPAN_TYPES: Final = frozenset({"agent", "llm", "tool", "retriever", "base"})
 _CALL_TYPES: Final = frozenset({"tool", "retriever"})
@@ -177,11 +189,118 @@ def span_to_events(span: dict[str, Any]) -> list[dict[str, Any]]:
     return events
 
 
+# -- deepeval's own test-run files ---------------------------------------------------------
+_SPAN_LISTS: Final = (
+    ("agentSpans", "agent"),
+    ("llmSpans", "llm"),
+    ("toolSpans", "tool"),
+    ("retrieverSpans", "retriever"),
+    ("baseSpans", "base"),
+)
+
+
+def _test_run(obj: object) -> Mapping[str, Any] | None:
+    """The ``TestRun`` of a test-run file (``.latest_test_run.json`` wraps it), or None."""
+    if not isinstance(obj, Mapping):
+        return None
+    inner = obj.get("testRunData")
+    run = inner if isinstance(inner, Mapping) else obj
+    cases = run.get("testCases")
+    if isinstance(cases, list) and ("testRunData" in obj or "testPassed" in run):
+        return run
+    return None
+
+
+def _is_trace_api(obj: object) -> bool:
+    return isinstance(obj, Mapping) and any(
+        isinstance(obj.get(key), list) for key, _ in _SPAN_LISTS
+    )
+
+
+def nest_trace(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A ``TraceApi``'s flat span lists as nested span dicts (the roots, in order).
+
+    The children of a span are merged from the per-type lists, each already in
+    order: the earliest start first, and among starts in the same millisecond the
+    list after the one last taken from (a model turn, its tool, the next turn...;
+    see the module docstring).
+    """
+    by_parent: dict[str | None, dict[str, list[tuple[str, dict[str, Any]]]]] = {}
+    nodes: dict[str, dict[str, Any]] = {}
+    for key, kind in _SPAN_LISTS:
+        for raw in trace.get(key) or ():
+            if not isinstance(raw, Mapping):
+                continue
+            node = {k: v for k, v in raw.items() if k not in ("uuid", "parentUuid")}
+            node["type"] = raw["type"] if isinstance(raw.get("type"), str) else kind
+            node["children"] = []
+            uuid = raw.get("uuid")
+            if uuid is not None:
+                nodes[str(uuid)] = node
+            parent = raw.get("parentUuid")
+            lists = by_parent.setdefault(None if parent is None else str(parent), {})
+            lists.setdefault(kind, []).append((str(raw.get("startTime") or ""), node))
+    roots: list[dict[str, Any]] = []
+    for parent, lists in by_parent.items():
+        holder = nodes.get(parent) if parent is not None else None
+        target = holder["children"] if holder is not None else roots
+        target.extend(_merge(lists))
+    return roots
+
+
+def _merge(lists: dict[str, list[tuple[str, dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """Interleave per-type lists of (start, span): earliest first, ties alternating."""
+    order = [kind for _key, kind in _SPAN_LISTS if lists.get(kind)]
+    heads = dict.fromkeys(order, 0)
+    out: list[dict[str, Any]] = []
+    last: str | None = None
+    while True:
+        live = [k for k in order if heads[k] < len(lists[k])]
+        if not live:
+            return out
+        first = min(lists[k][heads[k]][0] for k in live)
+        tied = [k for k in live if lists[k][heads[k]][0] == first]
+        pick = tied[0]
+        if last in tied and len(tied) > 1:
+            pick = tied[(tied.index(last) + 1) % len(tied)]
+        out.append(lists[pick][heads[pick]][1])
+        heads[pick] += 1
+        last = pick
+
+
+def _test_run_runs(run: Mapping[str, Any], path: str) -> Iterator[TraceRun | InputError]:
+    for index, case in enumerate(run.get("testCases") or ()):
+        name = case.get("name") if isinstance(case, Mapping) else None
+        label = name if isinstance(name, str) else f"test case {index}"
+        trace = case.get("trace") if isinstance(case, Mapping) else None
+        if not _is_trace_api(trace):
+            yield InputError(path, None, f"{label}: no trace (run it under @observe)")
+            continue
+        assert isinstance(trace, Mapping)
+        roots = nest_trace(trace)
+        events: list[dict[str, Any]] = []
+        for root in roots:
+            offset = len(events)
+            for event in span_to_events(root):
+                if offset:  # ids made up per tree: keep them unique across trees
+                    for field in ("id", "parent"):
+                        if isinstance(event.get(field), str):
+                            event[field] = f"t{offset}.{event[field]}"
+                events.append(event)
+        meta: dict[str, Any] = {"format": "deepeval", "test_case": label}
+        if isinstance(case.get("input"), str):
+            meta["input"] = case["input"]
+        uuid = trace.get("uuid")
+        yield TraceRun(
+            run_id=str(uuid) if uuid else label, events=events, meta=meta, path=path, line=None
+        )
+
+
 def looks_like(obj: object) -> bool:
-    """True for a deepeval span dict, or a non-empty list of them."""
+    """True for a deepeval span dict, a non-empty list of them, or a test-run file."""
     if isinstance(obj, list):
         return bool(obj) and all(_is_span(item) for item in obj)
-    return _is_span(obj)
+    return _is_span(obj) or _test_run(obj) is not None
 
 
 def _run_id(span: Mapping[str, Any], path: str, line: int | None, index: int | None) -> str:
@@ -195,8 +314,13 @@ def _run_id(span: Mapping[str, Any], path: str, line: int | None, index: int | N
 
 
 def runs_from_obj(obj: object, path: str, line: int | None) -> Iterator[TraceRun | InputError]:
-    """One run per root span: ``obj`` is a span dict or a list of them. An item that
-    is not a span is reported with its position; the others are still read."""
+    """One run per root span: ``obj`` is a span dict or a list of them, or one run per
+    test case of a test-run file. An item that is not a span is reported with its
+    position; the others are still read."""
+    test_run = _test_run(obj)
+    if test_run is not None:
+        yield from _test_run_runs(test_run, path)
+        return
     items: list[Any]
     if isinstance(obj, list):
         items, indexed = obj, True

@@ -14,6 +14,15 @@ per trace; the tree comes from ``parentObservationId``. The mapping:
 * ``AGENT``, ``SPAN``, ``CHAIN``, ``RETRIEVER``, ... : a ``span`` of that type
   (lowercased) whose text is the input;
 * ``EVENT`` (a point-in-time log line): no event, but it stays in the tree.
+
+Absent is not equal (docs/FORMAT.md, ``unknown``). The observations API returns
+``input`` and ``output`` only when asked (``fields=...,io``); without them, and
+for observations recorded without input or output, a ``null`` or missing value
+is not captured, not empty: a tool call gets no ``args`` and
+``"unknown": ["args"]``, a result or span input no ``text`` and
+``"unknown": ["text"]``, and a generation without output gives no model event
+(an empty one would read as the model saying nothing). ``meta["unknown"]``
+counts what was missing and one ``InputError`` line per run says so.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from ._common import (
     parse_time,
 )
 from .base import InputError, TraceRun
+from .otlp import call_input, missing_note
 
 __all__ = ["LangfuseReader", "looks_like"]
 
@@ -59,6 +69,10 @@ def _is_trace(obj: Any) -> bool:
 
 
 _Record = tuple[Mapping[str, Any], int | None]  # (record, line)
+_HINT = (
+    "fetch observations with their input and output (the observations API's "
+    "fields=core,basic,io,usage,metadata; its default leaves them out)"
+)
 
 
 def looks_like(obj: Any) -> bool:
@@ -124,13 +138,24 @@ class LangfuseReader(GroupingReader[_Record]):
                 Node(str(obs["id"]), None if parent is None else str(parent), start or 0.0, end, i,
                      obs, line)
             )  # fmt: skip
-        events, orphans = assemble(nodes, _emit)
+        missing: dict[str, int] = {}
+
+        def emit(node: Node, parent: str | None) -> tuple[list[Any], list[Any], str | None]:
+            return _emit(node, parent, missing)
+
+        events, orphans = assemble(nodes, emit)
         if orphans:
             yield orphan_error(self.path, orphans, key)
         meta: dict[str, Any] = {"format": "langfuse", "trace_id": key}
         meta.update(self.trace_meta.pop(key, {}))
+        if missing:
+            meta["unknown"] = dict(sorted(missing.items()))
         lines = [ln for _, ln in records if ln is not None]
-        yield TraceRun(key, events, meta, {}, self.path, min(lines) if lines else None)
+        first = min(lines) if lines else None
+        note = missing_note(key, missing, len(events), len(records), _HINT)
+        if note is not None:
+            yield InputError(self.path, first, note)
+        yield TraceRun(key, events, meta, {}, self.path, first)
 
 
 def _tokens(obs: Mapping[str, Any]) -> float | None:
@@ -160,7 +185,13 @@ def _cost(obs: Mapping[str, Any]) -> float | None:
     return None
 
 
-def _emit(node: Node, parent: str | None) -> tuple[list[Any], list[Any], str | None]:
+def _count(missing: dict[str, int], what: str) -> None:
+    missing[what] = missing.get(what, 0) + 1
+
+
+def _emit(
+    node: Node, parent: str | None, missing: dict[str, int]
+) -> tuple[list[Any], list[Any], str | None]:
     obs: Mapping[str, Any] = node.data
     kind = str(obs.get("type", "SPAN")).upper()
     name = as_text(obs.get("name"))
@@ -173,16 +204,28 @@ def _emit(node: Node, parent: str | None) -> tuple[list[Any], list[Any], str | N
     if kind == "TOOL":
         output = maybe_json(obs.get("output"))
         failed = str(obs.get("level", "")).upper() == "ERROR"
-        text = as_text(output)
         if output is None and failed:
-            text = as_text(_field(obs, "statusMessage", "status_message"))
-        result = at({"kind": "tool_result", "name": name, "id": node.id, "text": text})
+            output = _field(obs, "statusMessage", "status_message")
+        result = at({"kind": "tool_result", "name": name, "id": node.id})
+        if output is None:
+            _count(missing, "tool_results")
+            result["unknown"] = ["text"]
+        else:
+            result["text"] = as_text(output)
         if failed:
             result["error"] = True
-        call = at({"kind": "tool_call", "name": name, "args": maybe_json(obs.get("input")),
-                   "id": node.id})  # fmt: skip
+        call = at({"kind": "tool_call", "name": name, "id": node.id})
+        args = call_input(obs.get("input"))
+        if args is None:
+            _count(missing, "tool_args")
+            call["unknown"] = ["args"]
+        else:
+            call["args"] = args
         return [call], [result], None
     if kind == "GENERATION":
+        if obs.get("output") is None:
+            _count(missing, "model_text")
+            return [], [], None
         text, _calls = output_text_and_calls(obs.get("output"))
         event: dict[str, Any] = {"kind": "model", "text": text}
         tokens, cost = _tokens(obs), _cost(obs)
@@ -199,6 +242,10 @@ def _emit(node: Node, parent: str | None) -> tuple[list[Any], list[Any], str | N
     if kind == "EVENT":
         return [], [], None
     raw = obs.get("input")
-    span = at({"kind": "span", "name": name, "type": kind.lower(), "id": node.id,
-               "text": "" if raw is None else input_text(raw)})  # fmt: skip
+    span = at({"kind": "span", "name": name, "type": kind.lower(), "id": node.id})
+    if raw is None:
+        _count(missing, "span_inputs")
+        span["unknown"] = ["text"]
+    else:
+        span["text"] = input_text(call_input(raw))
     return [span], [], node.id

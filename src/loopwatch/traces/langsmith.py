@@ -14,6 +14,15 @@ are ordered by ``dotted_order`` / start time. The mapping:
 * every other run type (``chain``, ``retriever``, ``prompt``...): a ``span``
   whose type is the run type (``agent`` for a chain that is the agent named by
   ``lc_agent_name``) and whose text is the input.
+
+Absent is not equal (docs/FORMAT.md, ``unknown``): with ``LANGSMITH_HIDE_INPUTS``
+/ ``HIDE_OUTPUTS`` the SDK records ``{}``, and ``list_runs(select=...)`` can leave
+the fields out. Such a tool run gives a call with no ``args`` and
+``"unknown": ["args"]`` and a result with no ``text`` and ``"unknown": ["text"]``,
+an llm run without outputs no model event, a span without inputs
+``"unknown": ["text"]``. ``meta["unknown"]`` counts them and one ``InputError``
+line per run says so. (LangChain records a tool's input as ``{"input": ...}`` and
+its output as ``{"output": ...}``, so an empty ``{}`` is hidden, not empty.)
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from ._common import (
     parse_time,
 )
 from .base import InputError, TraceRun
+from .otlp import missing_note
 
 __all__ = ["LangSmithReader", "looks_like"]
 
@@ -103,7 +113,12 @@ class LangSmithReader(GroupingReader[_Record]):
                 Node(str(run["id"]), None if parent is None else str(parent), start or 0.0, end,
                      (str(run.get("dotted_order") or ""), i), run, line)
             )  # fmt: skip
-        events, orphans = assemble(nodes, _emit)
+        missing: dict[str, int] = {}
+
+        def emit(node: Node, parent: str | None) -> tuple[list[Any], list[Any], str | None]:
+            return _emit(node, parent, missing)
+
+        events, orphans = assemble(nodes, emit)
         if orphans:
             yield orphan_error(self.path, orphans, key)
         root = next((r for r, _ in records if r.get("parent_run_id") is None), records[0][0])
@@ -112,7 +127,12 @@ class LangSmithReader(GroupingReader[_Record]):
             meta["name"] = root["name"]
         if root.get("session_id") is not None:
             meta["session_id"] = str(root["session_id"])
+        if missing:
+            meta["unknown"] = dict(sorted(missing.items()))
         first_line = min((ln for _, ln in records if ln is not None), default=None)
+        note = missing_note(key, missing, len(events), len(records), _HINT)
+        if note is not None:
+            yield InputError(self.path, first_line, note)
         yield TraceRun(key, events, meta, {}, self.path, first_line)
 
 
@@ -123,7 +143,24 @@ def _single(value: Any, key: str) -> Any:
     return value
 
 
-def _emit(node: Node, parent: str | None) -> tuple[list[Any], list[Any], str | None]:
+_HINT = (
+    "LangSmith records {} when LANGSMITH_HIDE_INPUTS / LANGSMITH_HIDE_OUTPUTS is set, and "
+    "list_runs(select=...) leaves out what it does not select"
+)
+
+
+def _hidden(value: Any) -> bool:
+    """Inputs or outputs that were not recorded (or not fetched): missing, or ``{}``."""
+    return value is None or value == {}
+
+
+def _count(missing: dict[str, int], what: str) -> None:
+    missing[what] = missing.get(what, 0) + 1
+
+
+def _emit(
+    node: Node, parent: str | None, missing: dict[str, int]
+) -> tuple[list[Any], list[Any], str | None]:
     run: Mapping[str, Any] = node.data
     run_type = str(run.get("run_type") or "chain").lower()
     name = as_text(run.get("name"))
@@ -135,24 +172,33 @@ def _emit(node: Node, parent: str | None) -> tuple[list[Any], list[Any], str | N
         return event
 
     if run_type == "tool":
-        args = maybe_json(_single(run.get("inputs"), "input"))
-        output = _single(run.get("outputs"), "output")
-        if isinstance(output, dict) and "content" in output:
-            output = output["content"]  # a ToolMessage
+        call = at({"kind": "tool_call", "name": name, "id": node.id})
+        if _hidden(run.get("inputs")):
+            _count(missing, "tool_args")
+            call["unknown"] = ["args"]
+        else:
+            call["args"] = maybe_json(_single(run.get("inputs"), "input"))
         error = run.get("error")
-        text = as_text(maybe_json(output)) if not isinstance(output, str) else output
-        if output is None and error:
-            text = as_text(error)
-        result = at({"kind": "tool_result", "name": name, "id": node.id, "text": text})
+        result = at({"kind": "tool_result", "name": name, "id": node.id})
+        if _hidden(run.get("outputs")):
+            if error:
+                result["text"] = as_text(error)
+            else:
+                _count(missing, "tool_results")
+                result["unknown"] = ["text"]
+        else:
+            output = _single(run.get("outputs"), "output")
+            if isinstance(output, dict) and "content" in output:
+                output = output["content"]  # a ToolMessage
+            result["text"] = as_text(maybe_json(output)) if not isinstance(output, str) else output
         if error:
             result["error"] = True
-        return (
-            [at({"kind": "tool_call", "name": name, "args": args, "id": node.id})],
-            [result],
-            None,
-        )
+        return [call], [result], None
     if run_type in ("llm", "chat_model"):
         outputs = run.get("outputs")
+        if _hidden(outputs) and not run.get("error"):
+            _count(missing, "model_text")
+            return [], [], None
         text, _calls = output_text_and_calls(
             outputs.get("generations", outputs.get("output", outputs))
             if isinstance(outputs, dict)
@@ -173,7 +219,10 @@ def _emit(node: Node, parent: str | None) -> tuple[list[Any], list[Any], str | N
             event["agent"] = agent
         return [at(event)], [], None
     span_type = "agent" if meta.get("lc_agent_name") == name else run_type
-    inputs = _single(run.get("inputs"), "input")
-    text = input_text(_single(inputs, "messages")) if inputs is not None else ""
-    span = at({"kind": "span", "name": name, "type": span_type, "id": node.id, "text": text})
+    span = at({"kind": "span", "name": name, "type": span_type, "id": node.id})
+    if _hidden(run.get("inputs")):
+        _count(missing, "span_inputs")
+        span["unknown"] = ["text"]
+    else:
+        span["text"] = input_text(_single(_single(run.get("inputs"), "input"), "messages"))
     return [span], [], node.id

@@ -17,6 +17,14 @@ Input: ``Trace.export()`` / ``Span.export()`` dicts (``"object": "trace"`` /
 * ``custom`` spans (other than the SDK's own task/turn bookkeeping): a ``span``
   whose type is ``data.type`` (default ``custom``) and text ``data.input``;
 * handoff, guardrail, speech, MCP listing spans: no event (they stay in the tree).
+
+Absent is not equal (docs/FORMAT.md, ``unknown``): with
+``trace_include_sensitive_data=False`` the SDK exports no inputs or outputs. A
+function span without its input gives a tool call with no ``args`` and
+``"unknown": ["args"]``, one without output (and no error) a result with no
+``text`` and ``"unknown": ["text"]``; a generation without output gives no model
+event; an agent span whose input cannot be found has ``"unknown": ["text"]``.
+``meta["unknown"]`` counts what was missing and one ``InputError`` line says so.
 """
 
 from __future__ import annotations
@@ -38,10 +46,12 @@ from ._common import (
     parse_time,
 )
 from .base import InputError, TraceRun
+from .otlp import missing_note
 
 __all__ = ["OpenAIAgentsReader", "looks_like"]
 
 _Record = tuple[Mapping[str, Any], int | None]  # (record, line)
+_HINT = "the SDK exports inputs and outputs unless trace_include_sensitive_data is False"
 
 
 def looks_like(obj: Any) -> bool:
@@ -114,8 +124,15 @@ class OpenAIAgentsReader(GroupingReader[_Record]):
             yield orphan_error(self.path, orphans, key)
         meta: dict[str, Any] = {"format": "openai_agents", "trace_id": key}
         meta.update(self.trace_meta.pop(key, {}))
+        missing = context.missing
+        if missing:
+            meta["unknown"] = dict(sorted(missing.items()))
         lines = [ln for _, ln in records if ln is not None]
-        yield TraceRun(key, events, meta, {}, self.path, min(lines) if lines else None)
+        first = min(lines) if lines else None
+        note = missing_note(key, missing, len(events), len(records), _HINT)
+        if note is not None:
+            yield InputError(self.path, first, note)
+        yield TraceRun(key, events, meta, {}, self.path, first)
 
 
 class _Context:
@@ -127,6 +144,10 @@ class _Context:
         self.by_id = by_id
         self.kids = kids
         self.multi_agent = multi_agent
+        self.missing: dict[str, int] = {}
+
+    def _count(self, what: str) -> None:
+        self.missing[what] = self.missing.get(what, 0) + 1
 
     def _agent_of(self, node: Node) -> str | None:
         parent = node.parent
@@ -140,8 +161,9 @@ class _Context:
             parent = self.by_id[parent].parent
         return None
 
-    def _first_input(self, node: Node) -> str:
-        """The last user message of the first model call under an agent span."""
+    def _first_input(self, node: Node) -> str | None:
+        """The last user message of the first model call under an agent span (None when
+        no model call under it carries its input)."""
         queue = sorted(self.kids.get(node.id, ()), key=lambda n: (n.start, n.order))
         while queue:
             child = queue.pop(0)
@@ -150,7 +172,7 @@ class _Context:
                 return input_text(data["input"])
             if data.get("type") != "agent":
                 queue.extend(sorted(self.kids.get(child.id, ()), key=lambda n: (n.start, n.order)))
-        return ""
+        return None
 
     def emit(self, node: Node, parent: str | None) -> tuple[list[Any], list[Any], str | None]:
         span: Mapping[str, Any] = node.data
@@ -166,14 +188,22 @@ class _Context:
             name = as_text(data.get("name"))
             error = span.get("error")
             output = data.get("output")
-            text = output if isinstance(output, str) else as_text(output)
             if output is None and isinstance(error, dict):
-                text = as_text(error.get("message"))
-            result = at({"kind": "tool_result", "name": name, "id": node.id, "text": text})
+                output = error.get("message")
+            result = at({"kind": "tool_result", "name": name, "id": node.id})
+            if output is None:
+                self._count("tool_results")
+                result["unknown"] = ["text"]
+            else:
+                result["text"] = output if isinstance(output, str) else as_text(output)
             if error:
                 result["error"] = True
-            call = at({"kind": "tool_call", "name": name, "args": maybe_json(data.get("input")),
-                       "id": node.id})  # fmt: skip
+            call = at({"kind": "tool_call", "name": name, "id": node.id})
+            if data.get("input") is None:
+                self._count("tool_args")
+                call["unknown"] = ["args"]
+            else:
+                call["args"] = maybe_json(data.get("input"))
             return [call], [result], None
         if kind in ("generation", "response"):
             output = data.get("output")
@@ -182,6 +212,9 @@ class _Context:
                 output = response.get("output") if isinstance(response, dict) else None
                 if output is None:
                     return [], [], None
+            if output is None:  # not exported (sensitive data off): not an empty output
+                self._count("model_text")
+                return [], [], None
             text, _calls = output_text_and_calls(output)
             event: dict[str, Any] = {"kind": "model", "text": text}
             usage = data.get("usage")
@@ -198,9 +231,14 @@ class _Context:
         if kind == "agent":
             meta = span.get("metadata")
             given = meta.get("input") if isinstance(meta, dict) else None
-            text = input_text(given) if given is not None else self._first_input(node)
-            ev = {"kind": "span", "name": as_text(data.get("name")), "type": "agent",
-                  "id": node.id, "text": text}  # fmt: skip
+            found = input_text(given) if given is not None else self._first_input(node)
+            name = as_text(data.get("name"))
+            ev: dict[str, Any] = {"kind": "span", "name": name, "type": "agent", "id": node.id}
+            if found is None:
+                self._count("span_inputs")
+                ev["unknown"] = ["text"]
+            else:
+                ev["text"] = found
             return [at(ev)], [], node.id
         if kind == "custom":
             inner = data.get("data")

@@ -18,23 +18,50 @@ from ``parentSpanId`` and ordered by time. The mapping:
   a ``model`` event (output messages, ``gen_ai.completion`` and its flattened
   forms, ``llm.output_messages.*``; usage tokens, ``llm.cost.total``). Tool
   calls in the output become ``tool_call`` events only in traces that have no
-  tool spans (otherwise the tool spans already record them);
+  tool spans (otherwise the tool spans already record them), and their
+  ``tool_result`` events come from the tool messages of the next call's input
+  (``tool_call_response`` parts, or ``tool`` messages with a ``tool_call_id``);
 * ``invoke_agent`` / ``create_agent`` / OpenInference ``AGENT``: a ``span`` of
   type ``agent`` whose text is the input (recursion detection); any other
   GenAI operation or OpenInference kind: a ``span`` of that type;
-* spans with no GenAI or OpenInference attributes (HTTP, database...): no
+* Langfuse SDK v5 spans (``langfuse.observation.type``, ``.input``, ``.output``,
+  ``.level``, ``.usage_details``, ``.cost_details``), when a span has neither
+  GenAI nor OpenInference attributes: ``tool``, ``generation`` and the span
+  types map as above, ``event`` gives no event;
+* spans with no GenAI, OpenInference or Langfuse attributes (HTTP, database...),
+  and the bookkeeping spans some instrumentations mark with the operation name
+  ``unknown`` (the OpenAI Agents v2 instrumentation's task and turn spans): no
   event; they stay in the tree so that their children keep their ancestry.
+
+Absent is not equal (docs/FORMAT.md, ``unknown``): instrumentations capture no
+message content by default, so a value the span does not carry is never read as
+empty. A tool call whose arguments are not there has no ``args`` and
+``"unknown": ["args"]``; a result or span input that is not there has no
+``text`` and ``"unknown": ["text"]``; a model span without its output gives no
+model event at all (an event with no text would read as the model saying
+nothing). Each run's ``meta["unknown"]`` counts what was missing and one
+``InputError`` line per run says so, naming the setting that captures it.
+
+Calls with no enclosing span (an instrumented client called in a plain loop)
+are each a trace of their own. Such parentless model spans are joined into one
+run when their input messages carry on a previous call's conversation: a call
+whose input starts with an earlier call's input followed by its output
+continues that call's run.
 """
 
 from __future__ import annotations
 
+import ast
 import base64
 import binascii
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import xxhash
+
+from ..events import canonical_args
 from ._common import (
     GroupingReader,
     Item,
@@ -49,7 +76,7 @@ from ._common import (
 )
 from .base import InputError, TraceRun
 
-__all__ = ["OtlpReader", "looks_like"]
+__all__ = ["OtlpReader", "call_input", "looks_like", "missing_note"]
 
 _TOOL_OPS = frozenset({"execute_tool"})
 _MODEL_OPS = frozenset({"chat", "generate_content", "text_completion", "completion"})
@@ -67,9 +94,33 @@ _STRING_KEYS = frozenset(
     {
         "gen_ai.operation.name", "gen_ai.tool.name", "gen_ai.conversation.id",
         "openinference.span.kind", "tool.name", "gen_ai.agent.name", "agent.name",
+        "langfuse.observation.type",
     }
 )  # fmt: skip
 _ALIASES_MAX = 100_000
+# Operation names instrumentations give spans that are not GenAI operations (the
+# OpenAI Agents v2 instrumentation's task / turn bookkeeping): no event of their own.
+_BOOKKEEPING_OPS = frozenset({"unknown"})
+# Where each kind of value can be: a span carrying none of a group's keys did not
+# capture that value (unknown), which is not the same as capturing an empty one.
+_ARG_KEYS = (
+    "gen_ai.tool.call.arguments", "input.value", "tool.parameters", "langfuse.observation.input",
+)  # fmt: skip
+_RESULT_KEYS = ("gen_ai.tool.call.result", "output.value", "langfuse.observation.output")
+_INPUT_KEYS = (
+    "gen_ai.input.messages",
+    "gen_ai.prompt",
+    "input.value",
+    "langfuse.observation.input",
+)
+_UNKNOWN = "unknown"
+_CAPTURE_HINT = (
+    "GenAI instrumentations capture no message content by default: set "
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only (older ones, on the "
+    "legacy conventions, write content to log records, which a traces file does not hold: "
+    "add OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental)"
+)
+_CHAINS_MAX = 100_000
 
 
 def _get(obj: Mapping[str, Any], camel: str, snake: str) -> Any:
@@ -304,8 +355,14 @@ class OtlpReader(GroupingReader[_Span]):
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
-        self.conversation_of: OrderedDict[str, str] = OrderedDict()  # trace id -> conversation
+        # trace id -> the key of the run its spans belong to (a conversation, or the
+        # first call of a chain of parentless calls)
+        self.key_of: OrderedDict[str, str] = OrderedDict()
+        # hash of a call's input + output messages -> the key of that call's run
+        self.chains: OrderedDict[str, str] = OrderedDict()
         self.problems: dict[str, list[tuple[int | None, str]]] = {}
+        self.notes_left = _NOTES_MAX
+        self.notes_held = 0
 
     def take_records(self, obj: Any, line: int | None) -> Iterator[Item]:
         records = obj if isinstance(obj, list) else [obj]
@@ -329,26 +386,53 @@ class OtlpReader(GroupingReader[_Span]):
             (c for k in _CONVERSATION_KEYS if isinstance(c := span.attrs.get(k), str) and c),
             None,
         )
-        known = self.conversation_of.get(span.trace_id)
-        if conversation is not None and known != conversation:
-            self.conversation_of[span.trace_id] = conversation
-            if len(self.conversation_of) > _ALIASES_MAX:
-                self.conversation_of.popitem(last=False)
-            # Spans of this trace seen before the conversation id was: move them over.
+        known = self.key_of.get(span.trace_id)
+        chained = _call_messages(span) if span.parent_id is None and conversation is None else None
+        target = None
+        if conversation is not None:
+            target = f"c:{conversation}"
+        elif known is None and chained is not None:
+            target = self._continues(chained[0])
+        if target is not None and known != target:
+            self.key_of[span.trace_id] = target
+            if len(self.key_of) > _ALIASES_MAX:
+                self.key_of.popitem(last=False)
+            # Spans of this trace seen before the run was known: move them over.
             earlier = self.groups.take(f"t:{span.trace_id}")
             if earlier is not None:
                 for old in earlier.records:
-                    self.groups.add(f"c:{conversation}", old, old.line, False)
+                    self.groups.add(target, old, old.line, False)
                 moved = self.problems.pop(f"t:{span.trace_id}", None)
                 if moved:
-                    self.problems.setdefault(f"c:{conversation}", []).extend(moved)
-            known = conversation
-        key = f"c:{known}" if known is not None else f"t:{span.trace_id}"
-        # Conversations span several traces: only idleness (or the end) completes them.
-        is_root = span.parent_id is None and known is None
+                    self.problems.setdefault(target, []).extend(moved)
+            known = target
+        key = known if known is not None else f"t:{span.trace_id}"
+        if chained is not None:
+            self._register(chained, key)
+        # Conversations span several traces, and so may a chain of parentless calls:
+        # only idleness (or the end) completes them.
+        is_root = span.parent_id is None and known is None and chained is None
         self.groups.add(key, span, span.line, is_root)
         if problems:
             self.problems.setdefault(key, []).extend((span.line, p) for p in problems)
+
+    def _continues(self, inputs: list[str]) -> str | None:
+        """The run a parentless call continues: the longest prefix of its input messages
+        that is an earlier call's input followed by that call's output."""
+        hashes = _prefix_hashes(inputs)
+        for h in reversed(hashes):
+            found = self.chains.get(h)
+            if found is not None:
+                return found
+        return None
+
+    def _register(self, chained: tuple[list[str], list[str]], key: str) -> None:
+        inputs, outputs = chained
+        if not outputs:
+            return
+        self.chains[_prefix_hashes(inputs + outputs)[-1]] = key
+        if len(self.chains) > _CHAINS_MAX:
+            self.chains.popitem(last=False)
 
     def build(self, key: str, spans: list[_Span]) -> Iterator[Item]:
         run_id = key[2:]
@@ -363,9 +447,23 @@ class OtlpReader(GroupingReader[_Span]):
                  i, s, s.line)
             for i, s in enumerate(spans)
         ]  # fmt: skip
+        missing: dict[str, int] = {}
+        pending: dict[str, str] = {}  # tool call id -> tool name, awaiting its result
+        by_id = {s.span_id: s for s in spans}
+
+        def agent_above(span: _Span) -> str | None:
+            """The name of the nearest enclosing agent span."""
+            current = by_id.get(span.parent_id) if span.parent_id else None
+            for _ in range(256):
+                if current is None:
+                    return None
+                if _classify(current.attrs)[1] == "agent":
+                    return _span_name(current, "agent")
+                current = by_id.get(current.parent_id) if current.parent_id else None
+            return None
 
         def emit(node: Node, parent: str | None) -> tuple[list[Any], list[Any], str | None]:
-            return _emit(node.data, parent, has_tool_spans)
+            return _emit(node.data, parent, has_tool_spans, missing, pending, agent_above)
 
         events, orphans = assemble(nodes, emit)
         if orphans:
@@ -378,8 +476,59 @@ class OtlpReader(GroupingReader[_Span]):
             meta["conversation_id"] = run_id
         else:
             meta["trace_id"] = run_id
+            traces = len({s.trace_id for s in spans})
+            if traces > 1:
+                meta["traces"] = traces  # parentless calls joined by their messages
+        if missing:
+            meta["unknown"] = dict(sorted(missing.items()))
         first_line = min((s.line for s in spans if s.line is not None), default=None)
+        note = missing_note(run_id, missing, len(events), len(spans), _CAPTURE_HINT)
+        if note is not None:
+            if self.notes_left > 0:
+                self.notes_left -= 1
+                yield InputError(self.path, first_line, note)
+            else:
+                self.notes_held += 1
         yield TraceRun(run_id, events, meta, {}, self.path, first_line)
+
+    def finish(self) -> Iterator[Item]:
+        yield from super().finish()
+        if self.notes_held:
+            yield InputError(
+                self.path,
+                None,
+                f"and {self.notes_held} more runs with notes like the ones above "
+                "(see meta.unknown in each run)",
+            )
+
+
+_NOTES_MAX = 20
+_MISSING_WORDS = {
+    "model_text": "model outputs",
+    "tool_args": "tool arguments",
+    "tool_results": "tool results",
+}
+
+
+def missing_note(
+    run_id: str, missing: Mapping[str, int], events: int, spans: int, hint: str = ""
+) -> str | None:
+    """One line saying what a run's spans did not carry (or that nothing was read), and
+    how to capture it (``hint``); shared by the span-based readers."""
+    parts = [f"{missing[k]} {words}" for k, words in _MISSING_WORDS.items() if missing.get(k)]
+    if parts:
+        what = ", ".join(parts)
+        left = (
+            " (model turns without their output are left out)" if missing.get("model_text") else ""
+        )
+        how = f"; {hint}" if hint else ""
+        return f"run {run_id!r}: {what} not in the trace, read as unknown{left}{how}"
+    if events == 0:
+        return (
+            f"run {run_id!r}: none of its {spans} spans is an agent step loopwatch reads "
+            "(model, tool or agent span): no events to scan"
+        )
+    return None
 
 
 # -- mapping spans to events ----------------------------------------------------------------
@@ -387,6 +536,8 @@ def _classify(a: Mapping[str, Any]) -> tuple[str | None, str]:
     """(what the span is: tool / model / span / None, its span type)."""
     op = a.get("gen_ai.operation.name")
     op = op.strip().lower() if isinstance(op, str) and op.strip() else None
+    if op in _BOOKKEEPING_OPS:
+        return None, ""
     kind = a.get("openinference.span.kind")
     kind = kind.strip().upper() if isinstance(kind, str) and kind.strip() else None
     if op in _TOOL_OPS or kind == "TOOL":
@@ -401,6 +552,14 @@ def _classify(a: Mapping[str, Any]) -> tuple[str | None, str]:
         return "span", kind.lower()
     if any(k in a for k in ("gen_ai.completion", "gen_ai.output.messages", "gen_ai.system")):
         return "model", "llm"
+    lf = a.get("langfuse.observation.type")
+    lf = lf.strip().lower() if isinstance(lf, str) and lf.strip() else None
+    if lf == "tool":
+        return "tool", "tool"
+    if lf == "generation":
+        return "model", "llm"
+    if lf is not None and lf != "event":
+        return "span", lf
     return None, ""
 
 
@@ -425,30 +584,40 @@ def _flattened(a: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
     return [items[i] for i in sorted(items)]
 
 
+def _oi_messages(a: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """OpenInference's flattened ``llm.input_messages`` / ``llm.output_messages``."""
+    out = []
+    for m in _flattened(a, prefix):
+        calls = [
+            {"id": c.get("tool_call.id"), "name": c.get("tool_call.function.name"),
+             "arguments": c.get("tool_call.function.arguments"), "type": "tool_call"}
+            for c in _flattened(m, "message.tool_calls")
+        ]  # fmt: skip
+        content = m.get("message.content")
+        if content is None:
+            parts = _flattened(m, "message.contents")
+            content = [{"type": "text", "text": p.get("message_content.text", "")}
+                       for p in parts if p.get("message_content.text") is not None]  # fmt: skip
+        message = {"role": m.get("message.role", "assistant"), "content": content,
+                   "tool_calls": calls}  # fmt: skip
+        if m.get("message.tool_call_id") is not None:
+            message["tool_call_id"] = m["message.tool_call_id"]
+        out.append(message)
+    return out
+
+
 def _model_output(a: Mapping[str, Any], events: list[tuple[str, dict[str, Any]]]) -> Any:
+    """The model's output as the span carries it; ``None`` when it carries none (content
+    not captured), which is not the same as an empty output."""
     found = _first(a, "gen_ai.output.messages", "gen_ai.completion")
     if found is not None:
         return found
     for name, attrs in events:  # older conventions: content in span events
         if name in ("gen_ai.content.completion", "gen_ai.choice") and attrs:
             return _first(attrs, "gen_ai.completion", "message", "body") or ""
-    messages = _flattened(a, "llm.output_messages")
+    messages = _oi_messages(a, "llm.output_messages")
     if messages:
-        out = []
-        for m in messages:
-            calls = [
-                {"id": c.get("tool_call.id"), "name": c.get("tool_call.function.name"),
-                 "arguments": c.get("tool_call.function.arguments"), "type": "tool_call"}
-                for c in _flattened(m, "message.tool_calls")
-            ]  # fmt: skip
-            content = m.get("message.content")
-            if content is None:
-                parts = _flattened(m, "message.contents")
-                content = [{"type": "text", "text": p.get("message_content.text", "")}
-                           for p in parts if p.get("message_content.text") is not None]  # fmt: skip
-            out.append({"role": m.get("message.role", "assistant"), "content": content,
-                        "tool_calls": calls})  # fmt: skip
-        return out
+        return messages
     completions = _flattened(a, "gen_ai.completion")
     if completions:
         return [
@@ -458,7 +627,67 @@ def _model_output(a: Mapping[str, Any], events: list[tuple[str, dict[str, Any]]]
                             for t in _flattened(c, "tool_calls")]}
             for c in completions
         ]  # fmt: skip
-    return a.get("output.value")
+    return _first(a, "output.value", "langfuse.observation.output")
+
+
+def _input_messages(a: Mapping[str, Any]) -> list[Any] | None:
+    """A model span's input messages (the conversation so far), when it carries them."""
+    for key in ("gen_ai.input.messages", "gen_ai.prompt"):
+        value = maybe_json(a.get(key))
+        if isinstance(value, list) and value:
+            return value
+    messages: list[Any] = _oi_messages(a, "llm.input_messages")
+    if messages:
+        return messages
+    prompts = _flattened(a, "gen_ai.prompt")
+    return prompts or None
+
+
+_ROLES = {"ai": "assistant", "model": "assistant", "human": "user"}
+_NOISE = frozenset({"finish_reason", "index", "role"})
+
+
+def _message_key(message: Any) -> str:
+    """What one message says, the same whether it is a call's output or, on the next
+    call, part of its input (where the finish reason and such are gone)."""
+    if not isinstance(message, Mapping):
+        return "?" + as_text(message)
+    role = str(message.get("role") or message.get("message.role") or "").lower()
+    role = _ROLES.get(role, role)
+    body = {k: v for k, v in message.items() if k not in _NOISE}
+    if role != "assistant":
+        return role + "\x1f" + canonical_args(body).decode()
+    text, calls = output_text_and_calls(body)
+    ids = [c["id"] or f"{c['name']}{canonical_args(c['args']).decode()}" for c in calls]
+    return role + "\x1f" + text + "\x1f" + "\x1f".join(ids)
+
+
+def _call_messages(span: _Span) -> tuple[list[str], list[str]] | None:
+    """(input message keys, output message keys) of a model span that carries its input
+    messages, else None: what joins parentless calls into one conversation."""
+    if _classify(span.attrs)[0] != "model":
+        return None
+    inputs = _input_messages(span.attrs)
+    if not inputs:
+        return None
+    output = maybe_json(_model_output(span.attrs, span.events))
+    if isinstance(output, Mapping):
+        output = [output]
+    elif isinstance(output, str):
+        output = [{"role": "assistant", "content": output}]
+    elif not isinstance(output, list):
+        output = []
+    return [_message_key(m) for m in inputs], [_message_key(m) for m in output]
+
+
+def _prefix_hashes(keys: list[str]) -> list[str]:
+    """Hashes of every prefix of a message list (the i-th covers keys[: i + 1])."""
+    out = []
+    h = ""
+    for k in keys:
+        h = xxhash.xxh3_64_hexdigest((h + "\x1e" + k).encode("utf-8", "surrogatepass"))
+        out.append(h)
+    return out
 
 
 def _tokens(a: Mapping[str, Any]) -> float | None:
@@ -474,7 +703,40 @@ def _tokens(a: Mapping[str, Any]) -> float | None:
         i, o = number(a.get(inp)), number(a.get(out))
         if i is not None or o is not None:
             return (i or 0.0) + (o or 0.0)
+    usage = maybe_json(a.get("langfuse.observation.usage_details"))
+    if isinstance(usage, Mapping):
+        total = number(usage.get("total"))
+        if total is not None:
+            return total
+        i, o = number(usage.get("input")), number(usage.get("output"))
+        if i is not None or o is not None:
+            return (i or 0.0) + (o or 0.0)
     return None
+
+
+def _cost(a: Mapping[str, Any]) -> float | None:
+    cost = number(_first(a, "llm.cost.total", "gen_ai.usage.cost"))
+    if cost is not None:
+        return cost
+    details = maybe_json(a.get("langfuse.observation.cost_details"))
+    return number(details.get("total")) if isinstance(details, Mapping) else None
+
+
+def call_input(value: Any) -> Any:
+    """A decorated function's recorded input as the call's arguments.
+
+    Langfuse's ``@observe`` records ``{"args": [...], "kwargs": {...}}``; the tool's
+    arguments are the keyword arguments when there are no positional ones, or the
+    one positional argument when there are no keyword ones. Anything else unchanged.
+    """
+    value = maybe_json(value)
+    if isinstance(value, Mapping) and set(value) == {"args", "kwargs"}:
+        args, kwargs = value["args"], value["kwargs"]
+        if not args and isinstance(kwargs, Mapping):
+            return dict(kwargs)
+        if not kwargs and isinstance(args, list) and len(args) == 1:
+            return args[0]
+    return value
 
 
 def _with_parent(event: dict[str, Any], parent: str | None) -> dict[str, Any]:
@@ -483,8 +745,110 @@ def _with_parent(event: dict[str, Any], parent: str | None) -> dict[str, Any]:
     return event
 
 
+def _unknown(event: dict[str, Any], field: str) -> dict[str, Any]:
+    """Mark a field the trace does not carry (docs/FORMAT.md: ``unknown``)."""
+    event.setdefault(_UNKNOWN, []).append(field)
+    return event
+
+
+def _count(missing: dict[str, int], what: str) -> None:
+    missing[what] = missing.get(what, 0) + 1
+
+
+def _tool_responses(messages: list[Any] | None) -> Iterator[tuple[str, str]]:
+    """(tool call id, result text) of the tool results in a call's input messages:
+    GenAI ``tool_call_response`` parts, or ``tool`` messages with a ``tool_call_id``."""
+    for m in messages or ():
+        if not isinstance(m, Mapping):
+            continue
+        parts = m.get("parts")
+        if isinstance(parts, list):
+            for p in parts:
+                if (
+                    isinstance(p, Mapping)
+                    and p.get("type") == "tool_call_response"
+                    and p.get("id") is not None
+                ):
+                    yield str(p["id"]), _result_text(p.get("response"))
+        elif m.get("role") == "tool" and m.get("tool_call_id") is not None:
+            yield str(m["tool_call_id"]), _result_text(m.get("content"))
+
+
+def _result_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(
+        isinstance(v, Mapping) and v.get("type") in ("text", None) for v in value
+    ):
+        return "\n".join(as_text(v.get("text", v.get("content"))) for v in value)
+    return as_text(value)
+
+
+def _span_name(span: _Span, span_type: str) -> str:
+    """A span event's name: the agent's name for agent spans, else the span's."""
+    a = span.attrs
+    name = _first(a, "gen_ai.agent.name", "agent.name") if span_type == "agent" else None
+    if not isinstance(name, str):
+        name = span.name
+        for prefix in ("invoke_agent ", "create_agent "):
+            name = name.removeprefix(prefix)
+    return name
+
+
+# Agent names that are an instrumentation's placeholder, not the agent's: the OpenAI
+# Agents v2 instrumentation puts its own default on every span (with id "agent").
+_PLACEHOLDER_AGENTS = frozenset({("OpenAI Agent", "agent")})
+
+
+def _model_agent(span: _Span, agent_above: Callable[[_Span], str | None]) -> str | None:
+    """The agent a model span speaks for: its own ``gen_ai.agent.name``, or, when that
+    is an instrumentation's placeholder, the nearest enclosing agent span's name."""
+    a = span.attrs
+    agent = _first(a, "gen_ai.agent.name", "agent.name")
+    if not isinstance(agent, str):
+        return None
+    ident = a.get("gen_ai.agent.id")
+    if isinstance(ident, str) and (agent, ident) in _PLACEHOLDER_AGENTS:
+        return agent_above(span)
+    return agent
+
+
+def _unrepr(output: Any) -> Any:
+    """Output messages whose only text part is a Python ``repr`` of the message itself
+    (what the OpenAI Agents v2 instrumentation writes) as that message."""
+    output = maybe_json(output)
+    if not isinstance(output, list):
+        return output
+    fixed = []
+    for message in output:
+        parts = message.get("parts") if isinstance(message, Mapping) else None
+        if isinstance(parts, list) and len(parts) == 1 and isinstance(parts[0], Mapping):
+            content = parts[0].get("content")
+            if (
+                isinstance(content, str)
+                and content.startswith("{'")
+                and content.endswith("}")
+                and len(content) < 200_000
+                and "'role'" in content
+            ):
+                try:
+                    value = ast.literal_eval(content)
+                except (ValueError, SyntaxError, MemoryError, RecursionError):
+                    value = None
+                if isinstance(value, dict) and "role" in value:
+                    fixed.append(value)
+                    continue
+        fixed.append(message)
+    return fixed
+
+
 def _emit(
-    span: _Span, parent: str | None, has_tool_spans: bool
+    span: _Span,
+    parent: str | None,
+    has_tool_spans: bool,
+    missing: dict[str, int],
+    pending: dict[str, str],
+    agent_above: Callable[[_Span], str | None],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
     a = span.attrs
     what, span_type = _classify(a)
@@ -493,36 +857,71 @@ def _emit(
         if not isinstance(name, str):
             name = span.name.removeprefix("execute_tool ").strip() or span.name
         ident = as_text(_first(a, "gen_ai.tool.call.id", "tool_call.id") or span.span_id)
-        args = maybe_json(_first(a, "gen_ai.tool.call.arguments", "input.value", "tool.parameters"))
-        failed = span.error or a.get("error.type") is not None
-        result = _first(a, "gen_ai.tool.call.result", "output.value")
-        if result is None and failed:
-            result = span.status_message or next(
-                (e.get("exception.message") for n, e in span.events if n == "exception"),
-                a.get("error.type"),
-            )
-        call = _with_parent({"kind": "tool_call", "name": name, "args": args, "id": ident}, parent)
+        level = a.get("langfuse.observation.level")
+        failed = (
+            span.error
+            or a.get("error.type") is not None
+            or (isinstance(level, str) and level.upper() == "ERROR")
+        )
+        call: dict[str, Any] = {"kind": "tool_call", "name": name, "id": ident}
+        raw_args = _first(a, *_ARG_KEYS)
+        if raw_args is None:
+            _count(missing, "tool_args")
+            _unknown(call, "args")
+        else:
+            call["args"] = call_input(raw_args)
         res: dict[str, Any] = {"kind": "tool_result", "name": name, "id": ident}
-        res["text"] = as_text(maybe_json(result)) if not isinstance(result, str) else result
+        result = _first(a, *_RESULT_KEYS)
+        if result is None and failed:
+            result = (
+                span.status_message
+                or a.get("langfuse.observation.status_message")
+                or next(
+                    (e.get("exception.message") for n, e in span.events if n == "exception"),
+                    a.get("error.type"),
+                )
+            )
+        if result is None:
+            _count(missing, "tool_results")
+            _unknown(res, "text")
+        else:
+            res["text"] = as_text(maybe_json(result)) if not isinstance(result, str) else result
         if failed:
             res["error"] = True
-        return [call], [_with_parent(res, parent)], None
+        return [_with_parent(call, parent)], [_with_parent(res, parent)], None
     if what == "model":
-        text, calls = output_text_and_calls(_model_output(a, span.events))
+        output = _model_output(a, span.events)
+        if output is None:
+            # Content not captured: no model event (one with empty text would read as
+            # the model saying nothing, turn after turn).
+            _count(missing, "model_text")
+            return [], [], None
+        text, calls = output_text_and_calls(_unrepr(output))
         event: dict[str, Any] = {"kind": "model", "text": text}
         tokens = _tokens(a)
         if tokens:
             event["tokens"] = tokens
-        cost = number(_first(a, "llm.cost.total", "gen_ai.usage.cost"))
+        cost = _cost(a)
         if cost:
             event["cost"] = cost
-        agent = _first(a, "gen_ai.agent.name", "agent.name")
-        if isinstance(agent, str):
+        agent = _model_agent(span, agent_above)
+        if agent is not None:
             event["agent"] = agent
-        head = [_with_parent(event, parent)]
+        head = []
+        if not has_tool_spans and pending:
+            # No tool spans: the results of the calls an earlier turn asked for come
+            # back in this call's input messages, just before this turn.
+            for ident, text in _tool_responses(_input_messages(a)):
+                name = pending.pop(ident, None)
+                if name is not None:
+                    res = {"kind": "tool_result", "name": name, "id": ident, "text": text}
+                    head.append(_with_parent(res, parent))
+        head.append(_with_parent(event, parent))
         if not has_tool_spans:
             for i, c in enumerate(calls):
                 ident = c["id"] or f"{span.span_id}.{i}"
+                if c["id"]:
+                    pending[ident] = c["name"]
                 head.append(
                     _with_parent(
                         {"kind": "tool_call", "name": c["name"], "args": c["args"], "id": ident},
@@ -531,13 +930,13 @@ def _emit(
                 )
         return head, [], None
     if what == "span":
-        name = _first(a, "gen_ai.agent.name", "agent.name") if span_type == "agent" else None
-        if not isinstance(name, str):
-            name = span.name
-            for prefix in ("invoke_agent ", "create_agent "):
-                name = name.removeprefix(prefix)
-        raw_input = _first(a, "gen_ai.input.messages", "gen_ai.prompt", "input.value")
-        ev = {"kind": "span", "name": name, "type": span_type, "id": span.span_id,
-              "text": input_text(raw_input) if raw_input is not None else ""}  # fmt: skip
+        name = _span_name(span, span_type)
+        raw_input = _first(a, *_INPUT_KEYS)
+        ev: dict[str, Any] = {"kind": "span", "name": name, "type": span_type, "id": span.span_id}
+        if raw_input is None:
+            _count(missing, "span_inputs")
+            _unknown(ev, "text")
+        else:
+            ev["text"] = input_text(call_input(raw_input))
         return [_with_parent(ev, parent)], [], span.span_id
     return [], [], None
