@@ -85,10 +85,6 @@ def test_genai_tool_spans_without_content_mark_arguments_and_results_unknown(
     assert "5 tool arguments, 5 tool results" in notes[0]
 
 
-@pytest.mark.xfail(
-    reason="the detectors do not honour the 'unknown' marker yet (issue 14, detectors' side)",
-    strict=False,
-)
 def test_genai_tool_spans_without_content_healthy_run_is_not_stopped(tmp_path: Path) -> None:
     runs, _ = read(tmp_path, tc.openai_v2_trace(HEALTHY, {"search": search}, tool_spans=True))
     assert verdict(runs[0]) == "ok"
@@ -178,10 +174,6 @@ def test_langfuse_observations_with_io_read_fully(tmp_path: Path) -> None:
     assert verdict(run) == "ok"
 
 
-@pytest.mark.xfail(
-    reason="the detectors do not honour the 'unknown' marker yet (issue 14, detectors' side)",
-    strict=False,
-)
 def test_langfuse_default_fields_healthy_run_is_not_stopped(tmp_path: Path) -> None:
     observations = tc.langfuse_observations(LANGFUSE_HEALTHY, fields=("core", "basic"))
     path = tmp_path / "obs.jsonl"

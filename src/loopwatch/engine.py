@@ -162,6 +162,8 @@ def _note_seen(state: RunState, key: str) -> bool:
 
 
 def _args_preview(event: Event) -> str:
+    if not event.args_known:
+        return "arguments not recorded"
     raw = event.args_json
     if len(raw) <= 80:
         return raw.decode("utf-8", "replace")

@@ -13,6 +13,7 @@ and be shared by many workers.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from typing import Any, Final
@@ -321,6 +322,22 @@ _OUTCOME_CACHE: dict[str, str] = {}
 
 
 _TRUE: Final = (True, 1, "true", "True", "TRUE")
+_KNOWABLE: Final = frozenset({"args", "text"})
+
+
+def _unknown_fields(value: Any) -> frozenset[str]:
+    """The FORMAT.md ``unknown`` list as a set of the fields it may name."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        return frozenset()
+    return _KNOWABLE.intersection(v for v in value if isinstance(v, str))
+
+
+def _never_equal() -> str:
+    """A key for a value the trace did not record: random, so it equals no other key
+    in any process (a counter would collide between workers sharing a store)."""
+    return "?" + os.urandom(8).hex()[1:]
 
 
 def _float(value: Any) -> float:
@@ -356,6 +373,7 @@ class Event:
         "to",
         "tokens",
         "type",
+        "unknown",
     )
 
     def __init__(
@@ -373,6 +391,7 @@ class Event:
         agent: str | None = None,
         to: str | None = None,
         extra: dict[str, Any] | None = None,
+        unknown: frozenset[str] = frozenset(),
     ) -> None:
         self.kind = kind
         self.name = name
@@ -387,6 +406,9 @@ class Event:
         self.agent = agent
         self.to = to
         self.extra = extra
+        # Fields the trace did not record ("args", "text"): unknown, never equal to
+        # anything, never empty (FORMAT.md, "absent is not equal").
+        self.unknown = unknown
         self._args_json: bytes | None = None
         self._call_key: str | None = None
         self._norm_key: str | None = None
@@ -395,7 +417,7 @@ class Event:
 
     _FIELDS: Final = frozenset(
         {"kind", "name", "args", "text", "id", "parent", "type", "error", "tokens", "cost",
-         "agent", "to"}
+         "agent", "to", "unknown"}
     )  # fmt: skip
 
     @classmethod
@@ -431,6 +453,7 @@ class Event:
             agent=None if get("agent") is None else str(get("agent")),
             to=None if get("to") is None else str(get("to")),
             extra=extra,
+            unknown=_unknown_fields(get("unknown")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -448,9 +471,21 @@ class Event:
             out["tokens"] = self.tokens
         if self.cost:
             out["cost"] = self.cost
+        if self.unknown:
+            out["unknown"] = sorted(self.unknown)
         if self.extra:
             out.update(self.extra)
         return out
+
+    @property
+    def args_known(self) -> bool:
+        """Whether the trace recorded this call's arguments."""
+        return "args" not in self.unknown
+
+    @property
+    def text_known(self) -> bool:
+        """Whether the trace recorded this event's text (output, result, input)."""
+        return "text" not in self.unknown
 
     # -- fingerprints -------------------------------------------------------------
     @property
@@ -458,6 +493,9 @@ class Event:
         """Exact call key: tool name + canonical arguments."""
         key = self._call_key
         if key is None:
+            if not self.args_known:
+                key = self._call_key = self._norm_key = _never_equal()
+                return key
             key = self._call_key = _hexdigest(
                 (self.name or "").encode(_UTF8, _LONE) + b"\x00" + self.args_json
             )
@@ -477,6 +515,8 @@ class Event:
         punctuation, stop words), volatile values and volatile-named keys masked."""
         key = self._norm_key
         if key is None:
+            if not self.args_known:
+                return self.call_key  # sets both keys, to one that equals nothing
             exact = self.call_key
             key = _NORM_CACHE.get(exact)
             if key is None:
@@ -504,6 +544,9 @@ class Event:
         detector; it starts with "E"."""
         key = self._result_key
         if key is None:
+            if not self.text_known:
+                key = self._result_key = ("E" if self.error else "?") + _never_equal()[1:]
+                return key
             if self.error:
                 key = self._result_key = self.outcome_key
                 return key
@@ -525,6 +568,9 @@ class Event:
         again and again."""
         key = self._outcome_key
         if key is None:
+            if not self.text_known:
+                key = self._outcome_key = ("E" if self.error else "?") + _never_equal()[1:]
+                return key
             raw = ("E" if self.error else "O") + _hexdigest(self.text.encode(_UTF8, _LONE))
             key = _OUTCOME_CACHE.get(raw)
             if key is None:
@@ -538,6 +584,8 @@ class Event:
     @property
     def text_key(self) -> str:
         """Fingerprint of model output: case and whitespace folded."""
+        if not self.text_known:
+            return _never_equal()
         return _hexdigest(" ".join(self.text.lower().split()).encode(_UTF8, _LONE))
 
     def __repr__(self) -> str:

@@ -95,6 +95,13 @@ class _Metrics:
             if self.pending_empty:
                 self.empty += 1
             self.iterations += 1
+            if not ev.text_known:
+                # not recorded: neither empty nor a repeat of the previous output
+                self.useful += 1
+                self.prev_key = None
+                self.pending_empty = False
+                self.last_was_final = True
+                return
             has_text = bool(ev.text.strip())
             if has_text:
                 self.useful += 1

@@ -58,7 +58,11 @@ class Recursion(Detector):
         ev = ctx.event
         spans = ctx.state.slot(self.name, RecursionState).by_key
         # A hash, not the text: span inputs can be long, and the state must stay small.
-        label = fingerprint(f"{ev.type or ''}\x00{ev.name or ''}\x00{normalise_text(ev.text)}")
+        label = (
+            fingerprint(f"{ev.type or ''}\x00{ev.name or ''}\x00{normalise_text(ev.text)}")
+            if ev.text_known
+            else ev.text_key  # an input not recorded equals no ancestor's
+        )
         depth = 1
         steps = [ctx.step]
         parent = ev.parent

@@ -197,10 +197,13 @@ class Semantic(Detector):
             return None
         if kind == TOOL_CALL:
             note_novelty(st, ctx)
+            if not ev.args_known:
+                st.channels["a"].pop(ev.name or "", None)  # unknown: equal to nothing
+                return None
             text = args_text(ev.args)[: self.max_chars]
             return self._advance(ctx, st, "a", ev.name or "", text, st.rmark, 2)
         text = ev.text.strip()[: self.max_chars]
-        if not text:
+        if not text or not ev.text_known:
             return None
         channel = "m" if ev.to else "o"
         key = f"{ev.agent or ''}>{ev.to}" if ev.to else ev.agent or ""

@@ -153,7 +153,9 @@ class SpendVelocity(Detector):
         st = ctx.state.slot(self.name, SpendState)
         if note_novelty(st, ctx):
             st.fresh = True
-        own_news = ev.kind == MODEL and self._output_is_new(st, ev.text)
+        # an output the trace did not record may have been new: never count it as
+        # spend without novelty
+        own_news = ev.kind == MODEL and (not ev.text_known or self._output_is_new(st, ev.text))
         if not (ev.tokens > 0 or ev.cost > 0):
             if own_news:
                 st.fresh = True

@@ -97,6 +97,11 @@ class Stagnation(Detector):
             return None
         ev = ctx.event
         agent = ev.agent or ""
+        if not ev.text_known:
+            # an output the trace did not record is neither empty nor a restatement:
+            # it ends this agent's run of outputs, like a new one would
+            agents.pop(agent, None)
+            return None
         text = ev.text.strip()[:_COMPARE_CHARS]
         prev = agents.pop(agent, None)
         # compared only when two outputs of one agent come in a row, which most

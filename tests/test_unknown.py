@@ -1,0 +1,102 @@
+"""Absent is not equal: values a trace did not record (``unknown``) are never counted
+as identical, empty or repeated, by any detector, in the scan or in the guard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loopwatch import Config, Guard, scan
+from loopwatch.events import Event
+
+Events = list[dict[str, Any]]
+
+
+def unknown_calls(n: int, unknown: list[str]) -> Events:
+    events: Events = []
+    for i in range(n):
+        call: dict[str, Any] = {"kind": "tool_call", "name": "web_search", "id": f"c{i}"}
+        res: dict[str, Any] = {"kind": "tool_result", "name": "web_search", "id": f"c{i}"}
+        if "args" in unknown:
+            call["unknown"] = ["args"]
+        else:
+            call["args"] = {"q": "paris weather"}
+        if "text" in unknown:
+            res["unknown"] = ["text"]
+        else:
+            res["text"] = "18C, cloudy"
+        events += [{"kind": "model", "text": f"Searching ({i})."}, call, res]
+    return events
+
+
+def run(events: Events) -> dict[str, Any]:
+    return {"run_id": "u", "events": events}
+
+
+def test_calls_whose_arguments_and_results_were_not_recorded_are_not_a_loop() -> None:
+    report = scan(run(unknown_calls(8, ["args", "text"])), Config())
+    assert report.verdict == "ok", report.to_dict()
+    # the control: the same run with the values recorded and identical is a loop
+    assert scan(run(unknown_calls(8, [])), Config()).first_stop is not None
+
+
+def test_unknown_arguments_alone_are_not_the_same_call() -> None:
+    report = scan(run(unknown_calls(8, ["args"])), Config())
+    assert not any(f.detector in ("repeated_call", "cycle") for f in report.findings)
+
+
+def test_unknown_results_alone_are_not_the_same_result() -> None:
+    report = scan(run(unknown_calls(8, ["text"])), Config())
+    # the same call 8 times with no result known: still "no new result" for
+    # repeated_call (the call repeats), but never "the same result"
+    assert all("same result" not in f.message for f in report.findings)
+
+
+def test_unknown_outputs_are_neither_empty_nor_restatements() -> None:
+    events: Events = [
+        {"kind": "model", "unknown": ["text"], "tokens": 500, "cost": 0.01} for _ in range(8)
+    ]
+    report = scan(run(events), Config())
+    assert report.verdict == "ok", report.to_dict()
+    assert report.metrics["empty_outputs"] == 0
+    assert report.metrics["degenerate_loop"] is False
+    # the control: eight recorded empty outputs are empty
+    empty = [{"kind": "model", "text": "", "tokens": 500} for _ in range(8)]
+    assert scan(run(empty), Config()).first_stop is not None
+
+
+def test_unknown_span_inputs_never_equal_an_ancestor() -> None:
+    spans: Events = [
+        {"kind": "span", "type": "agent", "name": "planner", "id": "s0", "unknown": ["text"]}
+    ]
+    for i in range(1, 5):
+        spans.append(
+            {
+                "kind": "span",
+                "type": "agent",
+                "name": "planner",
+                "id": f"s{i}",
+                "parent": f"s{i - 1}",
+                "unknown": ["text"],
+            }
+        )
+    assert scan(run(spans), Config()).verdict == "ok"
+
+
+def test_the_marker_survives_a_round_trip_and_guard_agrees_with_scan() -> None:
+    events = unknown_calls(6, ["args", "text"]) + unknown_calls(6, [])
+    for data in events:
+        assert (
+            Event.from_dict(Event.from_dict(data).to_dict()).unknown
+            == Event.from_dict(data).unknown
+        )
+    report = scan(run(events), Config())
+    guard = Guard(Config())
+    actions = [guard.observe("u", ev).action for ev in events]
+    first_stop = next((i for i, a in enumerate(actions) if a in ("stop", "skip")), None)
+    assert first_stop == report.first_stop
+
+
+def test_an_unknown_marker_that_names_nothing_known_is_ignored() -> None:
+    assert Event.from_dict({"kind": "model", "text": "x", "unknown": ["tokens"]}).text_known
+    assert Event.from_dict({"kind": "model", "text": "x", "unknown": "text"}).unknown == {"text"}
+    assert Event.from_dict({"kind": "model", "unknown": 5}).unknown == frozenset()
