@@ -11,6 +11,7 @@ are ``.json``, ``.jsonl``, ``.ndjson``, ``.gz`` or ``-`` alike.
 from __future__ import annotations
 
 import itertools
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -136,8 +137,12 @@ def read_path(path: str, format: str | None = None) -> Iterator[TraceRun | Input
     with fh:
         try:
             yield from _read_open(path, fh, format)
-        except (OSError, EOFError) as exc:  # a truncated .gz, a read error mid-way
+        except (OSError, EOFError, zlib.error) as exc:  # a truncated or corrupt .gz, ...
             yield InputError(path, None, f"read failed: {exc}")
+        except Exception as exc:  # a reader bug: lose this file, not the whole scan
+            yield InputError(
+                path, None, f"read failed ({type(exc).__name__}: {exc}); this is a loopwatch bug"
+            )
 
 
 def _read_open(path: str, fh: Iterable[str], format: str | None) -> Iterator[Item]:
