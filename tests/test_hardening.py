@@ -175,3 +175,24 @@ def test_cyclic_arguments_from_python_do_not_break_the_guard() -> None:
     ]
     assert all("error" not in v.extra for v in verdicts)
     assert verdicts[-1].action == "stop"
+
+
+# -- findings bounded by patterns ----------------------------------------------------
+def test_a_long_loop_is_one_finding_per_pattern_not_one_per_event(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = looping_run("long", times=10_000)  # 20,000 events
+    path = write(tmp_path / "long.jsonl", [run])
+    assert main(["scan", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert len(out) < 10_000  # was 5.9 MB: every later event repeated the stop
+    report = json.loads(out)
+    keys = [(f["detector"], f["severity"], f["message"]) for f in report["findings"]]
+    assert len(keys) == len(set(keys))
+    stops = [f for f in report["findings"] if f["severity"] == "stop"]
+    assert stops and stops[0]["step"] == report["first_stop"]
+    assert max(f["last_step"] for f in stops) == 19_999  # the last event
+    assert sum(f["count"] for f in report["findings"]) > 9_000
+    guard = Guard(Config())
+    reported = sum(len(guard.observe("r", ev).findings) for ev in run["events"])
+    assert sum(f["count"] for f in report["findings"]) == reported
