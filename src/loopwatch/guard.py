@@ -51,6 +51,9 @@ class Guard:
         **options: Any,
     ) -> None:
         cfg = config if config is not None else Config.load()
+        if store is not None and not isinstance(store, Store):
+            options["store"] = store  # a URL (or a mistake): judged with the configuration
+            store = None
         if options:
             cfg = cfg.with_options(options)
         self.config = cfg
@@ -62,7 +65,7 @@ class Guard:
         if isinstance(store, Store):
             self.store = store
         else:
-            url = store or cfg.store
+            url = cfg.store
             extra: dict[str, Any] = {}
             if url.startswith("memory"):
                 extra = {"max_runs": cfg.max_runs, "ttl_seconds": cfg.ttl_seconds}
