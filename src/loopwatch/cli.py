@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import multiprocessing
 import os
 import sys
@@ -310,13 +311,21 @@ def _cmd_scan(args: argparse.Namespace, config: Config) -> int:
             if rank[item.verdict] >= fail_rank:
                 failed = True
             if table is None:
-                out.write(orjson.dumps(item.to_dict()).decode())
-                out.write("\n")
+                out.write(_json_line(item.to_dict()))
             else:
                 table.add(item)
     if table is not None:
         table.render()
     return _exit_status(unreadable, had_error and progress.runs == 0, failed)
+
+
+def _json_line(obj: dict[str, Any]) -> str:
+    """One JSON Lines line. What orjson refuses (a lone surrogate or a huge integer
+    handed in from Python) is written by the standard library, escaped to ASCII."""
+    try:
+        return orjson.dumps(obj).decode() + "\n"
+    except TypeError:
+        return json.dumps(obj, ensure_ascii=True, default=str) + "\n"
 
 
 def _exit_status(unreadable: bool, nothing_read: bool, failed: bool) -> int:
