@@ -257,7 +257,7 @@ class _FileReading:
         self.path = path
         self.format = format
         self.reader: Reader | None = None
-        self.pending: deque[tuple[int, Any]] = deque()
+        self.pending: deque[tuple[int, Any, str | None]] = deque()
         self.unknown = 0  # records no format recognised
         self.lines = 0  # non-blank lines seen
 
@@ -347,17 +347,33 @@ class _FileReading:
             self.lines += 1
             obj, problem = decode_json(raw)
             if self.reader is None:
-                yield from self._sniff(obj, problem, number)
-                continue
-            if problem is not None:
-                yield InputError(self.path, number, problem)
-            if obj is _BAD:
-                yield from self._guarded(self.reader.skip, number, line=number)
+                yield from self._sniff(number, obj, problem)
             else:
-                yield from self._feed(obj, number)
+                yield from self._take(number, obj, problem)
         yield from self.finish()
 
-    def _sniff(self, obj: Any, problem: str | None, number: int) -> Iterator[Item]:
+    def _take(self, number: int, obj: Any, problem: str | None) -> Iterator[Item]:
+        """Give one decoded line to the reader; one error line at most per input line
+        (a decoding problem and what the reader says about the record are joined)."""
+        reader = self.reader
+        assert reader is not None
+        if obj is _BAD:
+            yield InputError(self.path, number, problem or "invalid JSON")
+            yield from self._guarded(reader.skip, number, line=number)
+            return
+        if problem is None:
+            yield from self._feed(obj, number)
+            return
+        items = list(self._feed(obj, number))
+        for i, item in enumerate(items):
+            if isinstance(item, InputError) and item.line == number:
+                items[i] = InputError(self.path, number, f"{problem}; {item.reason}")
+                break
+        else:
+            items.insert(0, InputError(self.path, number, problem))
+        yield from items
+
+    def _sniff(self, number: int, obj: Any, problem: str | None) -> Iterator[Item]:
         """No format yet: this record may decide it. Until one does, records and
         line errors wait in order (a bounded number: the oldest are let go as
         errors), so that a file with no trace in it at all is one error, not one per
@@ -366,13 +382,11 @@ class _FileReading:
         if isinstance(obj, (dict, list)) and obj:
             name = detect(obj)
         if name is None:
-            if problem is not None:
-                self.pending.append((number, InputError(self.path, number, problem)))
             if obj is not _BAD:
                 self.unknown += 1
-                self.pending.append((number, obj))
+            self.pending.append((number, obj, problem))
             while len(self.pending) > _PENDING_MAX:
-                yield _let_go(self.path, *self.pending.popleft())
+                yield self._let_go(*self.pending.popleft())
             return
         reader = _reader(name, self.path)
         if isinstance(reader, InputError):  # pragma: no cover - detect found it
@@ -380,15 +394,19 @@ class _FileReading:
             return
         self.reader = reader
         waiting, self.pending = self.pending, deque()
-        for old, held in waiting:
-            if isinstance(held, InputError):
-                yield held
-                yield from self._guarded(reader.skip, old, line=old)
-            else:
-                yield from self._feed(held, old)
-        if problem is not None:
-            yield InputError(self.path, number, problem)
-        yield from self._feed(obj, number)
+        for held in waiting:
+            yield from self._take(*held)
+        yield from self._take(number, obj, problem)
+
+    def _let_go(self, line: int, obj: Any, problem: str | None) -> InputError:
+        """A held line, released as its error while no format has been recognised."""
+        if obj is _BAD:
+            return InputError(self.path, line, problem or "invalid JSON")
+        reason = (
+            f"not a trace record of any known format: {_describe(obj)} "
+            f"(known: {', '.join(FORMATS)}; use --format to force one)"
+        )
+        return InputError(self.path, line, reason if problem is None else f"{problem}; {reason}")
 
     def _feed(self, obj: Any, line: int | None) -> Iterator[Item]:
         reader = self.reader
@@ -421,7 +439,7 @@ class _FileReading:
         if not self.lines:
             return
         waiting, self.pending = self.pending, deque()
-        records = [(n, h) for n, h in waiting if not isinstance(h, InputError)]
+        records = [(n, o) for n, o, _ in waiting if o is not _BAD]
         if records:
             number, obj = records[0]
             yield InputError(
@@ -432,12 +450,12 @@ class _FileReading:
                 f"(known: {', '.join(FORMATS)}; use --format to force one)",
             )
         elif waiting:
-            first = waiting[0][1]
+            number, _, problem = waiting[0]
             yield InputError(
                 self.path,
                 None,
                 f"not a trace file: none of its {self.lines} lines could be read "
-                f"(line {first.line}: {first.reason})",
+                f"(line {number}: {problem})",
             )
         else:
             yield InputError(
@@ -450,15 +468,3 @@ class _FileReading:
             yield from self.finish()
         except Exception:  # the reader is what failed; nothing more to save
             return
-
-
-def _let_go(path: str, line: int, held: Any) -> InputError:
-    """A held line, released as its error while no format has been recognised."""
-    if isinstance(held, InputError):
-        return held
-    return InputError(
-        path,
-        line,
-        f"not a trace record of any known format: {_describe(held)} "
-        f"(known: {', '.join(FORMATS)}; use --format to force one)",
-    )
