@@ -243,31 +243,38 @@ def canonical_args(args: Any) -> bytes:
     return _sorted_json(maybe_json(args))
 
 
-def _normalise_value(value: Any, depth: int = 0, path: frozenset[int] = frozenset()) -> Any:
+def _normalise_value(value: Any, depth: int = 0, path: set[int] | None = None) -> Any:
     """The normalised form of an argument value (strings folded, volatile keys masked).
 
     From :data:`_MAX_DEPTH` down a subtree is kept exact, as its fingerprint: deep
     values are compared as they are rather than walked with unbounded recursion. A
     container inside itself (built in Python) becomes ``"#cycle"``, as in
-    :func:`_bounded`.
+    :func:`_bounded`; ``path`` holds the ids of the enclosing containers.
     """
     if isinstance(value, str):
         return normalise_text(value)
     if not isinstance(value, (Mapping, list, tuple)):
         return value
-    if id(value) in path:
+    if path is None:
+        path = set()
+    elif id(value) in path:
         return "#cycle"
     if depth >= _MAX_DEPTH:
         return "#deep:" + _deep_fingerprint(value)
-    inner = path | {id(value)}
-    if isinstance(value, Mapping):
-        return {
-            str(k).lower(): (
-                "#" if str(k).lower() in _VOLATILE_KEYS else _normalise_value(v, depth + 1, inner)
-            )
-            for k, v in value.items()
-        }
-    return [_normalise_value(v, depth + 1, inner) for v in value]
+    path.add(id(value))
+    try:
+        if isinstance(value, Mapping):
+            return {
+                str(k).lower(): (
+                    "#"
+                    if str(k).lower() in _VOLATILE_KEYS
+                    else _normalise_value(v, depth + 1, path)
+                )
+                for k, v in value.items()
+            }
+        return [_normalise_value(v, depth + 1, path) for v in value]
+    finally:
+        path.discard(id(value))
 
 
 # Normalised keys by exact key: a looping agent sends the same call again and again,
