@@ -5,6 +5,7 @@ turns it into one line on stderr and exit status 2."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,12 @@ import pytest
 
 import loopwatch.config as config_module
 from loopwatch import Config, ConfigError, Guard
-from loopwatch.cli import main
+from loopwatch.cli import _toml, main
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 REFUSED: list[tuple[dict[str, Any], str, str]] = [
     # (settings, the key named, a fragment of the accepted range)
@@ -178,3 +184,42 @@ def test_discovered_bad_configuration_exits_2(
     assert main(["config"]) == 2
     err = capsys.readouterr().err
     assert "ttl_seconds" in err and "-1" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "memory://?max_runs=abc",
+        "memory://?max_runs=0",
+        "memory://?ttl_seconds=0",
+        "memory://?ttl_seconds=x",
+    ],
+)
+def test_memory_store_url_options_are_checked_like_the_keys(url: str) -> None:
+    with pytest.raises(ConfigError, match="store"):
+        Config.from_mapping({"store": url})
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"frequency": {"enabled": True, "per_tool": {"poll": [5, 10], "clock": [40, 0]}}},
+        {"repeated_call": {"window_warn_at": 0, "window_stop_at": 0, "stop_at": 0}},
+        {"error_loop": {"tool_stop_at": 0}, "max_iterations": 0, "ttl_seconds": "2h"},
+        {"token_budget": {"enabled": True, "max_tokens": 5000}, "exempt_tools": ["b", "a"]},
+    ],
+)
+def test_the_shown_configuration_loads_back_to_the_same(settings: dict[str, Any]) -> None:
+    """`loopwatch config` prints TOML that loads back to the same configuration
+    (0 for never, pairs in order), so it can be saved and edited."""
+    config = Config.from_mapping(settings)
+    shown = _toml(config)
+    again = Config.from_mapping(tomllib.loads(shown))
+    assert again.to_dict() == config.to_dict()
+
+
+def test_a_ttl_unset_from_python_is_shown_as_a_comment_not_as_0() -> None:
+    shown = _toml(Config.from_mapping({"ttl_seconds": None}))
+    assert "# ttl_seconds: not set" in shown
+    Config.from_mapping(tomllib.loads(shown))  # loads back (0 would be refused)

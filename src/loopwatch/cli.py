@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from .config import Config, ConfigError
+from .config import NEVER_AS_ZERO, Config, ConfigError
 from .scan import Report, Scanner
 from .traces import FORMATS, InputError, TraceRun, read_runs
 
@@ -468,13 +468,15 @@ def _toml(config: Config) -> str:
     for key, value in data.items():
         if isinstance(value, dict):
             tables.append((key, value))
+        elif value is None:
+            lines.append(f"# {key}: not set")  # ttl_seconds from Python: never expire
         else:
             lines.append(f"{key} = {_toml_value(value)}")
     for name, table in tables:
         lines.append("")
         lines.append(f"[{name}]")
         for k, v in table.items():
-            if v is None and not k.startswith("stop"):
+            if v is None and k not in NEVER_AS_ZERO:
                 lines.append(f"# {k}: not set")  # TOML has no null
             elif v is not None and not isinstance(v, (bool, int, float, str, list, tuple, Mapping)):
                 lines.append(f"# {k}: {type(v).__name__} (set from Python)")
@@ -492,8 +494,10 @@ def _toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, str):
         return orjson.dumps(value).decode()
-    if isinstance(value, (list, tuple, set, frozenset)):
+    if isinstance(value, (set, frozenset)):
         return "[" + ", ".join(_toml_value(v) for v in sorted(value, key=str)) + "]"
+    if isinstance(value, (list, tuple)):  # order matters: per_tool's [warn_at, stop_at]
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, Mapping):
         inner = ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items())
         return "{ " + inner + " }" if inner else "{}"

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import parse_qs, urlparse
 
 from .detectors import (
     Chanting,
@@ -55,7 +56,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
-__all__ = ["DETECTORS", "Config", "ConfigError", "find_config_file"]
+__all__ = ["DETECTORS", "NEVER_AS_ZERO", "Config", "ConfigError", "find_config_file"]
 
 
 class ConfigError(ValueError):
@@ -190,6 +191,8 @@ class Config:
                 f"store{where} must be a store URL (memory:// or redis://host:port/db), "
                 f"not {self.store!r}"
             )
+        if _scheme(self.store) == "memory":
+            _check_memory_url(f"store{where}", self.store)
         if self.ttl_seconds is not None:
             _duration(f"ttl_seconds{where}", self.ttl_seconds)
         elif _scheme(self.store) != "memory":
@@ -346,6 +349,7 @@ _OPTIONAL_COUNTS: Final = frozenset(
     {"stop_at", "window_warn_at", "window_stop_at", "tool_stop_at", "stop_repeats",
      "stop_after", "max_iterations"}
 )  # fmt: skip
+NEVER_AS_ZERO: Final = _OPTIONAL_COUNTS  # written 0 in TOML (no null there)
 # Fractions: (name -> whether 0 itself is accepted); the top is always 1.
 _FRACTIONS: Final[dict[str, bool]] = {
     "similarity": False, "overlap": False, "warn_ratio": False, "min_output_novelty": True,
@@ -429,6 +433,30 @@ def _duration(where: str, value: Any) -> float:
             "is never guarded)"
         )
     return seconds
+
+
+def _check_memory_url(where: str, url: str) -> None:
+    """``memory://?max_runs=...&ttl_seconds=...``: the same ranges as the keys."""
+    query = {k: v[-1] for k, v in parse_qs(urlparse(url).query).items()}
+    if "max_runs" in query:
+        try:
+            runs = int(query["max_runs"])
+        except ValueError:
+            runs = 0
+        if runs < 1:
+            raise ConfigError(
+                f"{where}: max_runs must be a whole number >= 1, not {query['max_runs']!r}"
+            )
+    if "ttl_seconds" in query:
+        try:
+            ttl = float(query["ttl_seconds"])
+        except ValueError:
+            ttl = 0.0
+        if not 0 < ttl < float("inf"):
+            raise ConfigError(
+                f"{where}: ttl_seconds must be a number of seconds > 0, "
+                f"not {query['ttl_seconds']!r}"
+            )
 
 
 def _scheme(url: str) -> str:
