@@ -196,3 +196,25 @@ def test_a_long_loop_is_one_finding_per_pattern_not_one_per_event(
     guard = Guard(Config())
     reported = sum(len(guard.observe("r", ev).findings) for ev in run["events"])
     assert sum(f["count"] for f in report["findings"]) == reported
+
+
+def test_a_broken_document_among_good_files_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = tmp_path / "doc.json"
+    doc.write_text(json.dumps([looping_run("in-doc")], indent=2)[:-40])  # cut short
+    good = write(tmp_path / "good.jsonl", [clean_run("a")])
+    assert main(["scan", "--json", str(doc), str(good)]) == 2
+    captured = capsys.readouterr()
+    assert run_ids(captured.out) == ["a"]
+    assert captured.err.startswith(f"{doc}:") and len(captured.err.splitlines()) == 1
+
+
+def test_a_bad_record_in_a_readable_document_does_not_fail_the_scan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = tmp_path / "doc.json"
+    doc.write_text(json.dumps([clean_run("a"), {"run_id": "no-events"}], indent=2))
+    assert main(["scan", "--json", str(doc)]) == 0
+    captured = capsys.readouterr()
+    assert run_ids(captured.out) == ["a"] and "no-events" in captured.err

@@ -304,7 +304,7 @@ def _cmd_scan(args: argparse.Namespace, config: Config) -> int:
             if isinstance(item, InputError):
                 had_error = True
                 # a whole file (not one line) unreadable, or a run lost to a bug
-                unreadable = unreadable or item.line is None or isinstance(item, ScanFailure)
+                unreadable = unreadable or item.whole_file or isinstance(item, ScanFailure)
                 progress.print_error(str(item))
                 continue
             progress.advance(item.events)

@@ -34,11 +34,22 @@ class TraceRun:
 
 @dataclass(frozen=True, slots=True)
 class InputError:
-    """Input that could not be read: reported as ``path:line: reason``; the scan goes on."""
+    """Input that could not be read: reported as ``path:line: reason``; the scan goes on.
+
+    ``whole_file`` marks the loss of a whole file (it cannot be opened, decompressed
+    or parsed, or holds no trace at all), as opposed to one bad line or record in a
+    file otherwise read: the command line exits 2 for the former only.
+    """
 
     path: str
     line: int | None
     reason: str
+    whole_file: bool = False
+
+    @classmethod
+    def whole(cls, path: str, line: int | None, reason: str) -> InputError:
+        """An error that costs the whole file."""
+        return cls(path, line, reason, True)
 
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}" if self.line is not None else self.path

@@ -136,14 +136,14 @@ def _reader(name: str, path: str) -> Reader | InputError:
     if name == "deepeval":
         found = _deepeval()
         if found is None:
-            return InputError(
+            return InputError.whole(
                 path,
                 None,
                 "the deepeval format is not available in this installation "
                 "(loopwatch.traces.deepeval is missing or incomplete)",
             )
         return _DeepevalReader(path, found[1])
-    return InputError(path, None, f"unknown format {name!r}; known: {', '.join(FORMATS)}")
+    return InputError.whole(path, None, f"unknown format {name!r}; known: {', '.join(FORMATS)}")
 
 
 def _describe(obj: Any) -> str:
@@ -158,12 +158,14 @@ def _describe(obj: Any) -> str:
 def read_path(path: str, format: str | None = None) -> Iterator[TraceRun | InputError]:
     """Stream the runs of one file, sniffing its format unless ``format`` is given."""
     if format is not None and format not in ("native", *FORMATS):
-        yield InputError(path, None, f"unknown format {format!r}; known: {', '.join(FORMATS)}")
+        yield InputError.whole(
+            path, None, f"unknown format {format!r}; known: {', '.join(FORMATS)}"
+        )
         return
     try:
         fh = open_binary(path)
     except OSError as exc:
-        yield InputError(path, None, f"cannot open: {exc.strerror or exc}")
+        yield InputError.whole(path, None, f"cannot open: {exc.strerror or exc}")
         return
     reading = _FileReading(path, format)
     with fh:
@@ -171,10 +173,10 @@ def read_path(path: str, format: str | None = None) -> Iterator[TraceRun | Input
             yield from reading.read(fh)
         except (OSError, EOFError, zlib.error) as exc:  # a truncated or corrupt .gz, ...
             yield from reading.abort()
-            yield InputError(path, None, f"read failed: {exc}")
+            yield InputError.whole(path, None, f"read failed: {exc}")
         except Exception as exc:  # a reader bug: lose the rest of this file, not the scan
             yield from reading.abort()
-            yield InputError(
+            yield InputError.whole(
                 path, None, f"read failed ({type(exc).__name__}: {exc}); this is a loopwatch bug"
             )
 
@@ -303,7 +305,7 @@ class _FileReading:
             # Not one complete record on any line: a broken document, one error.
             at = _error_line(b"".join(raw for _, raw in held))
             line = None if at is None else held[0][0] + at - 1
-            yield InputError(self.path, line, problem or "invalid JSON")
+            yield InputError.whole(self.path, line, problem or "invalid JSON")
             return
         yield from self._lines(iter(held))
 
@@ -318,7 +320,7 @@ class _FileReading:
             yield InputError(self.path, None, problem)
         chosen = self.format if self.format is not None else detect(doc)
         if chosen is None:
-            yield InputError(
+            yield InputError.whole(
                 self.path,
                 None,
                 f"unknown trace format: the document is {_describe(doc)} "
@@ -442,7 +444,7 @@ class _FileReading:
         records = [(n, o) for n, o, _ in waiting if o is not _BAD]
         if records:
             number, obj = records[0]
-            yield InputError(
+            yield InputError.whole(
                 self.path,
                 None,
                 f"unknown trace format: none of its {self.unknown} JSON records is a trace "
@@ -451,14 +453,14 @@ class _FileReading:
             )
         elif waiting:
             number, _, problem = waiting[0]
-            yield InputError(
+            yield InputError.whole(
                 self.path,
                 None,
                 f"not a trace file: none of its {self.lines} lines could be read "
                 f"(line {number}: {problem})",
             )
         else:
-            yield InputError(
+            yield InputError.whole(
                 self.path, None, f"no trace records: none of its {self.lines} lines could be read"
             )
 
