@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loopwatch import Config, Guard, scan
-from loopwatch.cli import main, scan_stream
+from loopwatch.cli import ScanFailure, main, scan_stream
 from loopwatch.events import Event
 from loopwatch.scan import Report, Scanner
 from loopwatch.traces import read_runs
@@ -218,3 +219,26 @@ def test_a_bad_record_in_a_readable_document_does_not_fail_the_scan(
     assert main(["scan", "--json", str(doc)]) == 0
     captured = capsys.readouterr()
     assert run_ids(captured.out) == ["a"] and "no-events" in captured.err
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="workers are spawned there, not forked")
+def test_a_run_that_fails_in_a_worker_process_costs_that_run_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path / "runs.jsonl", [looping_run(f"r{i}") for i in range(30)])
+    real = Scanner.scan
+
+    def flaky(self: Scanner, run: Any, run_id: str | None = None) -> Report:
+        if run.get("run_id") == "r7":
+            raise ZeroDivisionError("simulated bug")
+        return real(self, run, run_id)
+
+    monkeypatch.setattr(Scanner, "scan", flaky)  # workers are forked: they inherit it
+    items = list(scan_stream(read_runs(str(path)), Config(), jobs=2))
+    assert [type(i).__name__ for i in items].count("ScanFailure") == 1
+    failure = items[7]
+    assert isinstance(failure, ScanFailure) and failure.line == 8
+    assert "r7" in failure.reason and "ZeroDivisionError" in failure.reason
+    assert [i.run_id for i in items if isinstance(i, Report)] == [
+        f"r{i}" for i in range(30) if i != 7
+    ]

@@ -252,7 +252,11 @@ def _cmd_explain(args: argparse.Namespace, config: Config) -> int:
         if isinstance(item, InputError):
             print(item, file=sys.stderr)
         elif item.run_id == args.explain:
-            explain(item.events, scanner.scan(item.to_dict()), Console())
+            report = _scan_one(scanner, item)
+            if isinstance(report, ScanFailure):
+                print(report, file=sys.stderr)
+                return 2
+            explain(item.events, report, Console())
             return 0
     print(f"loopwatch: no run {args.explain!r} in {', '.join(args.paths)}", file=sys.stderr)
     return 2
