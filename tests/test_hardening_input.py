@@ -191,3 +191,16 @@ def test_json_that_orjson_refuses_is_still_read(
     assert reports[0]["verdict"] == "stop"
     assert captured.err.startswith(f"{path}:1: ") and "surrogate" in captured.err
     assert len(captured.err.splitlines()) == 1
+
+
+def test_a_read_error_after_garbage_is_one_file_error_and_the_lines_before_it(
+    tmp_path: Path,
+) -> None:
+    body = b"not json\n" * 3 + b"y" * 300_000
+    gz = gzip.compress(body)
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gz[: len(gz) - 40])
+    _, errors = split(list(read_runs(str(cut))))
+    assert [e.line for e in errors] == [1, 2, 3, None]
+    assert [e.whole_file for e in errors] == [False, False, False, True]
+    assert "read failed" in errors[-1].reason

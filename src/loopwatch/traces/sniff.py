@@ -465,7 +465,14 @@ class _FileReading:
             )
 
     def abort(self) -> Iterator[Item]:
-        """Reading stopped mid-file: let the runs already complete in the reader go."""
+        """Reading stopped mid-file: let the runs already complete in the reader go,
+        or report the lines that were waiting for a format (the caller reports the
+        file itself)."""
+        if self.reader is None:
+            waiting, self.pending = self.pending, deque()
+            for held in waiting:
+                yield self._let_go(*held)
+            return
         try:
             yield from self.finish()
         except Exception:  # the reader is what failed; nothing more to save
