@@ -126,3 +126,13 @@ def test_a_loopwatch_bug_is_still_an_internal_error(
     assert "caller_error" not in verdict.extra
     assert [r.levelno for r in caplog.records] == [logging.ERROR]
     assert "internal error" in caplog.records[0].getMessage()
+
+
+def test_the_same_mistake_with_different_values_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    guard = Guard(Config())
+    with caplog.at_level(logging.WARNING, logger="loopwatch"):
+        for value in range(50):
+            guard.observe("r", value)  # type: ignore[arg-type]
+    assert len(caplog.records) == 1 and "not int" in caplog.records[0].getMessage()

@@ -120,8 +120,7 @@ class Guard:
         most often a typo ("tool-call") that silently turns detection off."""
         if not isinstance(run_id, (str, int)) or isinstance(run_id, bool):
             raise CallerError(
-                f"run_id must be a string identifying the run, not {type(run_id).__name__} "
-                f"({run_id!r:.60})"
+                f"run_id must be a string identifying the run, not {type(run_id).__name__}"
             )
         if isinstance(event, Event):
             ev = event
@@ -132,8 +131,7 @@ class Guard:
         else:
             raise CallerError(
                 "observe() needs an event: a mapping such as {'kind': 'tool_call', "
-                "'name': 'web_search', 'args': {...}} or an Event, not "
-                f"{type(event).__name__} ({event!r:.60})"
+                f"'name': 'web_search', 'args': {{...}}}} or an Event, not {type(event).__name__}"
             )
         if kind not in KINDS:
             self._log_once(
@@ -146,7 +144,8 @@ class Guard:
 
     def _caller_error(self, exc: CallerError) -> Verdict:
         """A mistake in how the guard is called (not a loopwatch bug): logged once
-        per kind of mistake at WARNING, and the step let through unobserved."""
+        per kind of mistake (the message names types, not values) at WARNING, and
+        the step let through unobserved."""
         message = f"ValueError: {exc}"
         self._log_once(self._mistakes_logged, logging.WARNING, f"loopwatch: {message}")
         return Verdict(
