@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from loopwatch import Config, Guard, scan
 from loopwatch.engine import Engine, new_state
 from loopwatch.events import Event
+from loopwatch.scan import _breakdown
 from loopwatch.state import RunState
 
 PLAN = (
@@ -75,7 +76,23 @@ def test_scan_equals_guard_replay(run_events: list[dict[str, Any]], on_loop: str
             first_warn = step
         if verdict.action in ("stop", "skip") and first_stop is None:
             first_stop = step
-    assert report.findings == findings
+    # The report lists each (detector, pattern, severity) once, at its first report,
+    # with how many times the guard reported it and when last.
+    merged: dict[tuple[str, str, str], list[Any]] = {}
+    for f in findings:
+        key = (f.detector, f.pattern, f.severity.value)
+        if key in merged:
+            merged[key][1] += 1
+            merged[key][2] = f.step
+        else:
+            merged[key] = [f, 1, f.step]
+    assert report.findings == [m[0] for m in merged.values()]
+    assert report.occurrences == [(m[1], m[2]) for m in merged.values()]
+    assert sum(count for count, _ in report.occurrences) == len(findings)
+    score = 1.0  # the score counts every reported stop, as before merging
+    for value in _breakdown(findings).values():
+        score *= value
+    assert report.score == round(score, 4)
     assert (report.first_warn, report.first_stop) == (first_warn, first_stop)
     if report.first_stop is not None:
         assert report.first_warn is not None and report.first_warn <= report.first_stop

@@ -82,9 +82,12 @@ def test_report_dict_follows_the_format_contract() -> None:
     steps = [f["step"] for f in out["findings"]]
     assert steps == sorted(steps)
     for finding in out["findings"]:
-        assert set(finding) == {"detector", "severity", "step", "steps", "message"}
+        assert set(finding) == {
+            "detector", "severity", "step", "steps", "message", "count", "last_step"
+        }  # fmt: skip
         assert finding["severity"] in ("warn", "stop")
         assert all(0 <= s <= finding["step"] for s in finding["steps"])
+        assert finding["count"] >= 1 and finding["last_step"] >= finding["step"]
 
 
 def test_unknown_kinds_keep_their_index() -> None:

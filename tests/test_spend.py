@@ -139,9 +139,13 @@ def test_token_budget_warns_once_then_stops_past_the_cap() -> None:
         {"run_id": "t", "events": events}
     )
     warns = [f.step for f in report.findings if f.severity is Severity.WARN]
-    stops = [f.step for f in report.findings if f.severity is Severity.STOP]
+    stops = [
+        (f.step, occurrences)
+        for f, occurrences in zip(report.findings, report.occurrences, strict=True)
+        if f.severity is Severity.STOP
+    ]
     assert warns == [7]  # 800 tokens = 80% of the cap
-    assert stops == [10, 11]  # 1100 and 1200 tokens
+    assert stops == [(10, (2, 11))]  # 1100 and 1200 tokens: one stop, reported twice
 
 
 def test_cost_budget_counts_cost_anywhere() -> None:

@@ -1,14 +1,16 @@
 """``loopwatch``: scan traces for loops, show the configuration, run the demo.
 
 A thin layer over the Python API (``loopwatch.scan``, ``loopwatch.read_runs``).
-Exit status (FORMAT.md): 0 when the scan ran; 1 with ``--fail-on`` when a run
-reaches that verdict; 2 on a usage error or unreadable input.
+Exit status (FORMAT.md, README): 0 when the scan ran; 1 with ``--fail-on`` when
+a run reaches that verdict; 2 on a usage error, an invalid configuration or
+unreadable input (which outranks 1), decided after every input was read.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import multiprocessing
 import os
 import sys
@@ -20,7 +22,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from .config import Config, ConfigError
+from .config import NEVER_AS_ZERO, Config, ConfigError
 from .scan import Report, Scanner
 from .traces import FORMATS, InputError, TraceRun, read_runs
 
@@ -44,6 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     command: Any = args.func
     try:
         result: int = command(args, config)
+    except ConfigError as exc:  # found when the detectors are built (a missing extra...)
+        print(f"loopwatch: {exc}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # `loopwatch scan --json x | head`: the reader left; fine
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -111,8 +116,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-# -- scan ------------------------------------------------------------------------------
+# -- scan ----------------------------------------------------------------------------
 _worker_scanner: Scanner | None = None
+
+
+class ScanFailure(InputError):
+    """A run that was read but could not be scanned: a loopwatch bug, reported like
+    unreadable input (``path:line: reason``) so that one run cannot end the scan."""
+
+    __slots__ = ()
 
 
 def _init_worker(config: Config) -> None:
@@ -120,10 +132,35 @@ def _init_worker(config: Config) -> None:
     _worker_scanner = Scanner(config)
 
 
-def _scan_chunk(runs: list[dict[str, Any]]) -> list[Report]:
+def _scan_one(scanner: Scanner, run: TraceRun) -> Report | ScanFailure:
+    """Scan one run; an exception becomes a ScanFailure for that run alone."""
+    try:
+        return scanner.scan(run.to_dict())
+    except Exception as exc:  # a bug must cost one run, not the rest of the input
+        return _failure(run, f"{type(exc).__name__}: {exc}")
+
+
+def _failure(run: TraceRun, why: str) -> ScanFailure:
+    return ScanFailure(
+        run.path,
+        run.line,
+        f"run {run.run_id!r} could not be scanned ({why}); "
+        "this is a loopwatch bug, please report it",
+    )
+
+
+def _scan_chunk(runs: list[bytes]) -> list[Report | str]:
+    """Worker side: runs arrive as JSON bytes (compact, and unlike pickle of nested
+    dicts, bounded in recursion); a run that fails comes back as its error text."""
     scanner = _worker_scanner
     assert scanner is not None
-    return [scanner.scan(r) for r in runs]
+    out: list[Report | str] = []
+    for raw in runs:
+        try:
+            out.append(scanner.scan(orjson.loads(raw)))
+        except Exception as exc:
+            out.append(f"{type(exc).__name__}: {exc}")
+    return out
 
 
 def _chunks(items: Iterator[TraceRun | InputError]) -> Iterator[list[TraceRun | InputError]]:
@@ -143,35 +180,57 @@ def _chunks(items: Iterator[TraceRun | InputError]) -> Iterator[list[TraceRun | 
 
 def scan_stream(
     items: Iterator[TraceRun | InputError], config: Config, jobs: int = 1
-) -> Iterator[TraceRun | InputError | Report]:
+) -> Iterator[InputError | Report]:
     """Scan runs in input order, on ``jobs`` processes, with bounded memory.
 
-    Yields each input error where it occurred and a Report for each run. At most
-    ``2 * jobs`` chunks are in flight, so memory does not grow with the input.
+    Yields each input error where it occurred and, for each run, a Report or a
+    :class:`ScanFailure` (never an exception: one run cannot lose the others). At
+    most ``2 * jobs`` chunks are in flight, so memory does not grow with the input.
+    A run that cannot travel to a worker as JSON (nesting past orjson's limit) is
+    scanned in this process instead.
     """
+    scanner = Scanner(config)
     if jobs <= 1:
-        scanner = Scanner(config)
         for item in items:
-            yield item if isinstance(item, InputError) else scanner.scan(item.to_dict())
+            yield item if isinstance(item, InputError) else _scan_one(scanner, item)
         return
     ctx = multiprocessing.get_context("spawn" if sys.platform == "darwin" else "fork")
     with ctx.Pool(jobs, initializer=_init_worker, initargs=(config,)) as pool:
-        pending: deque[tuple[list[TraceRun | InputError], Any]] = deque()
+        pending: deque[tuple[list[TraceRun | InputError], list[bool], Any]] = deque()
         for chunk in _chunks(items):
-            runs = [r.to_dict() for r in chunk if isinstance(r, TraceRun)]
-            pending.append((chunk, pool.apply_async(_scan_chunk, (runs,))))
+            payload: list[bytes] = []
+            shipped: list[bool] = []  # per run of the chunk: sent to a worker?
+            for item in chunk:
+                if isinstance(item, TraceRun):
+                    try:
+                        payload.append(orjson.dumps(item.to_dict()))
+                        shipped.append(True)
+                    except TypeError:  # too deep for orjson (or not JSON at all)
+                        shipped.append(False)
+            pending.append((chunk, shipped, pool.apply_async(_scan_chunk, (payload,))))
             while len(pending) > 2 * jobs:
-                yield from _drain(*pending.popleft())
+                yield from _drain(scanner, *pending.popleft())
         while pending:
-            yield from _drain(*pending.popleft())
+            yield from _drain(scanner, *pending.popleft())
 
 
 def _drain(
-    chunk: list[TraceRun | InputError], result: Any
-) -> Iterator[TraceRun | InputError | Report]:
-    reports = iter(result.get())
+    scanner: Scanner, chunk: list[TraceRun | InputError], shipped: list[bool], result: Any
+) -> Iterator[InputError | Report]:
+    try:
+        reports: Iterator[Report | str] | None = iter(result.get())
+    except Exception:  # the worker or the pipe failed: scan the chunk here instead
+        reports = None
+    runs = iter(shipped)
     for item in chunk:
-        yield item if isinstance(item, InputError) else next(reports)
+        if isinstance(item, InputError):
+            yield item
+            continue
+        if next(runs) and reports is not None:
+            got = next(reports)
+            yield got if isinstance(got, Report) else _failure(item, got)
+        else:
+            yield _scan_one(scanner, item)
 
 
 def _peek_size(paths: Sequence[str]) -> int:
@@ -193,7 +252,11 @@ def _cmd_explain(args: argparse.Namespace, config: Config) -> int:
         if isinstance(item, InputError):
             print(item, file=sys.stderr)
         elif item.run_id == args.explain:
-            explain(item.events, scanner.scan(item.to_dict()), Console())
+            report = _scan_one(scanner, item)
+            if isinstance(report, ScanFailure):
+                print(report, file=sys.stderr)
+                return 2
+            explain(item.events, report, Console())
             return 0
     print(f"loopwatch: no run {args.explain!r} in {', '.join(args.paths)}", file=sys.stderr)
     return 2
@@ -244,23 +307,41 @@ def _cmd_scan(args: argparse.Namespace, config: Config) -> int:
         for item in scan_stream(read_runs(args.paths, fmt), config, jobs):
             if isinstance(item, InputError):
                 had_error = True
-                unreadable = unreadable or item.line is None  # a whole file, not a line
+                # a whole file (not one line) unreadable, or a run lost to a bug
+                unreadable = unreadable or item.whole_file or isinstance(item, ScanFailure)
                 progress.print_error(str(item))
                 continue
-            assert isinstance(item, Report)
             progress.advance(item.events)
             if rank[item.verdict] >= fail_rank:
                 failed = True
             if table is None:
-                out.write(orjson.dumps(item.to_dict()).decode())
-                out.write("\n")
+                out.write(_json_line(item.to_dict()))
             else:
                 table.add(item)
     if table is not None:
         table.render()
-    # FORMAT.md: 2 for unreadable input (a file that cannot be opened or read, or
-    # nothing readable at all); malformed lines are reported and the scan goes on.
-    if unreadable or (had_error and progress.runs == 0):
+    return _exit_status(unreadable, had_error and progress.runs == 0, failed)
+
+
+def _json_line(obj: dict[str, Any]) -> str:
+    """One JSON Lines line. What orjson refuses (a lone surrogate or a huge integer
+    handed in from Python) is written by the standard library, escaped to ASCII."""
+    try:
+        return orjson.dumps(obj).decode() + "\n"
+    except TypeError:
+        return json.dumps(obj, ensure_ascii=True, default=str) + "\n"
+
+
+def _exit_status(unreadable: bool, nothing_read: bool, failed: bool) -> int:
+    """The exit-status contract (README, FORMAT.md), decided once every input was read.
+
+    2: some input could not be read (a file that cannot be opened, decompressed or
+    decoded, a run that could not be scanned) or nothing readable was found; the
+    report on stdout is incomplete, and that outranks what it says. 1: ``--fail-on``
+    tripped. 0: otherwise. Malformed lines inside a readable file are reported on
+    stderr (``path:line: reason``) without changing the status.
+    """
+    if unreadable or nothing_read:
         return 2
     return 1 if failed else 0
 
@@ -391,13 +472,15 @@ def _toml(config: Config) -> str:
     for key, value in data.items():
         if isinstance(value, dict):
             tables.append((key, value))
+        elif value is None:
+            lines.append(f"# {key}: not set")  # ttl_seconds from Python: never expire
         else:
             lines.append(f"{key} = {_toml_value(value)}")
     for name, table in tables:
         lines.append("")
         lines.append(f"[{name}]")
         for k, v in table.items():
-            if v is None and not k.startswith("stop"):
+            if v is None and k not in NEVER_AS_ZERO:
                 lines.append(f"# {k}: not set")  # TOML has no null
             elif v is not None and not isinstance(v, (bool, int, float, str, list, tuple, Mapping)):
                 lines.append(f"# {k}: {type(v).__name__} (set from Python)")
@@ -415,8 +498,10 @@ def _toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, str):
         return orjson.dumps(value).decode()
-    if isinstance(value, (list, tuple, set, frozenset)):
+    if isinstance(value, (set, frozenset)):
         return "[" + ", ".join(_toml_value(v) for v in sorted(value, key=str)) + "]"
+    if isinstance(value, (list, tuple)):  # order matters: per_tool's [warn_at, stop_at]
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, Mapping):
         inner = ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items())
         return "{ " + inner + " }" if inner else "{}"

@@ -21,11 +21,13 @@ an unknown key is an error that names the valid ones.
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import parse_qs, urlparse
 
 from .detectors import (
     Chanting,
@@ -47,6 +49,7 @@ from .detectors import (
     TimeBudget,
     TokenBudget,
 )
+from .embeddings import semantic_unavailable_reason
 from .policy import ON_LOOP_CHOICES
 
 if sys.version_info >= (3, 11):
@@ -54,7 +57,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
-__all__ = ["DETECTORS", "Config", "ConfigError", "find_config_file"]
+__all__ = ["DETECTORS", "NEVER_AS_ZERO", "Config", "ConfigError", "find_config_file"]
 
 
 class ConfigError(ValueError):
@@ -112,6 +115,11 @@ class Config:
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
     source: str | None = None
 
+    def __post_init__(self) -> None:
+        if isinstance(self.ttl_seconds, str):
+            self.ttl_seconds = _duration("ttl_seconds", self.ttl_seconds)
+        self.validate()
+
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str | None = None) -> Config:
         """Build and validate a configuration from a parsed TOML table (or a dict)."""
@@ -134,19 +142,24 @@ class Config:
                         raise ConfigError(
                             f"unknown key {sub!r} in [{key}]{where}; valid keys: {', '.join(valid)}"
                         )
-                converted = {k: _convert(k, v) for k, v in value.items()}
+                try:
+                    converted = {k: _convert(k, v) for k, v in value.items()}
+                except ConfigError as exc:
+                    raise ConfigError(f"[{key}]{where}: {exc}") from None
                 defaults = _defaults(DETECTORS[key][0])
                 for sub, sub_value in converted.items():
                     _check_type(f"[{key}] {sub}{where}", sub_value, defaults.get(sub, True))
                 self.sections.setdefault(key, {}).update(converted)
             elif key == "max_iterations":
                 self.sections.setdefault("iteration_cap", {})["max_iterations"] = (
-                    None if value in (None, _NEVER) else int(value)
+                    None if value is None or _is_zero(value) else value
                 )
             elif key == "exempt_tools":
-                if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-                    raise ConfigError(f"exempt_tools{where} must be a list of tool names")
-                self.exempt_tools = tuple(sorted(set(value)))
+                self.exempt_tools = _tool_names(f"exempt_tools{where}", value)
+            elif key == "ttl_seconds":
+                self.ttl_seconds = (
+                    None if value is None else _duration(f"ttl_seconds{where}", value)
+                )
             elif key in _TOP_KEYS:
                 setattr(self, key, value)
             else:
@@ -154,6 +167,18 @@ class Config:
                 raise ConfigError(
                     f"unknown configuration key {key!r}{where}; valid keys: {', '.join(valid)}"
                 )
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every value against its accepted range; raise :class:`ConfigError`
+        naming the key, the value and what is accepted.
+
+        The one place where values are judged, so a file, ``Config.update`` and
+        ``Guard(**options)`` refuse the same things, at load time rather than at the
+        agent's first step (or never: ``ttl_seconds = 0`` once silently turned the
+        memory guard off).
+        """
+        where = f" in {self.source}" if self.source else ""
         if self.on_loop not in ON_LOOP_CHOICES:
             raise ConfigError(
                 f"on_loop{where} must be one of {ON_LOOP_CHOICES}, not {self.on_loop!r}"
@@ -162,6 +187,23 @@ class Config:
             raise ConfigError(
                 f"on_store_error{where} must be 'allow' or 'raise', not {self.on_store_error!r}"
             )
+        _check_int(f"max_runs{where}", self.max_runs, 1, optional=False)
+        if not isinstance(self.store, str) or _scheme(self.store) not in _STORE_SCHEMES:
+            raise ConfigError(
+                f"store{where} must be a store URL (memory:// or redis://host:port/db), "
+                f"not {self.store!r}"
+            )
+        if _scheme(self.store) == "memory":
+            _check_memory_url(f"store{where}", self.store)
+        if self.ttl_seconds is not None:
+            _duration(f"ttl_seconds{where}", self.ttl_seconds)
+        elif _scheme(self.store) != "memory":
+            raise ConfigError(
+                f"ttl_seconds{where} must be set with store = {self.store!r}: "
+                "a shared store needs every run to expire"
+            )
+        for name, section in self.sections.items():
+            _check_section(name, section, where)
 
     def with_options(self, options: Mapping[str, Any]) -> Config:
         """A copy of this configuration with keyword overrides merged in."""
@@ -187,10 +229,13 @@ class Config:
             return cls()
         try:
             data = tomllib.loads(file.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read configuration {file}: {exc}") from exc
         if file.name == "pyproject.toml":
-            data = data.get("tool", {}).get("loopwatch", {})
+            tool = data.get("tool", {})
+            data = tool.get("loopwatch", {}) if isinstance(tool, dict) else {}
+            if not isinstance(data, dict):
+                raise ConfigError(f"[tool.loopwatch] in {file} must be a table, not {data!r}")
         return cls.from_mapping(data, source=str(file))
 
     @property
@@ -271,28 +316,207 @@ def _check_type(where: str, value: Any, default: Any) -> None:
 
 
 def _convert(key: str, value: Any) -> Any:
-    """TOML has no null: 0 means "never" for stop thresholds; lists become tuples."""
-    if key.startswith("stop") and value == _NEVER:
+    """TOML has no null: 0 means "never" for optional thresholds; lists become tuples."""
+    if key in _OPTIONAL_COUNTS and _is_zero(value):
         return None
     if key == "per_tool":
         if not isinstance(value, Mapping) or not all(
             isinstance(v, (list, tuple))
             and len(v) == 2
-            and all(isinstance(x, int) or x is None for x in v)
+            and all((isinstance(x, int) and not isinstance(x, bool)) or x is None for x in v)
             for v in value.values()
         ):
             raise ConfigError(
                 f"per_tool must map tool names to [warn_at, stop_at] pairs, not {value!r}"
             )
         return {
-            str(k): (int(v[0]), None if v[1] in (None, _NEVER) else int(v[1]))
+            str(k): (int(v[0]), None if v[1] is None or _is_zero(v[1]) else int(v[1]))
             for k, v in value.items()
         }
     if key == "exempt":
-        if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"exempt must be a list of tool names, not {value!r}")
-        return frozenset(value)
+        return frozenset(_tool_names("exempt", value))
     return value
+
+
+# -- accepted ranges: the single source of truth for what a value may be -------------------
+# Counts (whole numbers) and their lowest accepted value. Those in _OPTIONAL_COUNTS
+# may also be None ("never"), written 0 in TOML.
+_COUNTS: Final[dict[str, int]] = {
+    "warn_at": 1, "stop_at": 1, "window_warn_at": 1, "window_stop_at": 1,
+    "tool_warn_at": 1, "tool_stop_at": 1, "warn_repeats": 1, "stop_repeats": 1,
+    "warn_after": 1, "stop_after": 1, "window": 1, "max_iterations": 1,
+    "max_period": 2, "min_words": 0, "min_new_words": 0, "max_chars": 1,
+}  # fmt: skip
+_OPTIONAL_COUNTS: Final = frozenset(
+    {"stop_at", "window_warn_at", "window_stop_at", "tool_stop_at", "stop_repeats",
+     "stop_after", "max_iterations"}
+)  # fmt: skip
+NEVER_AS_ZERO: Final = _OPTIONAL_COUNTS  # written 0 in TOML (no null there)
+# Fractions: (name -> whether 0 itself is accepted); the top is always 1.
+_FRACTIONS: Final[dict[str, bool]] = {
+    "similarity": False, "overlap": False, "warn_ratio": False, "min_output_novelty": True,
+}  # fmt: skip
+# Amounts (any number): "min_*" may be 0; limits must be positive, and are required
+# by the detector that owns them when it is enabled.
+_AMOUNTS: Final[dict[str, bool]] = {
+    "min_tokens": True, "min_cost": True, "max_tokens": False, "max_cost": False,
+    "max_seconds": False,
+}  # fmt: skip
+_REQUIRED: Final = {"token_budget": "max_tokens", "cost_budget": "max_cost",
+                    "time_budget": "max_seconds"}  # fmt: skip
+# (warn, stop) pairs: a warning must come no later than the stop it announces.
+_PAIRS: Final = (
+    ("warn_at", "stop_at"), ("window_warn_at", "window_stop_at"),
+    ("tool_warn_at", "tool_stop_at"), ("warn_repeats", "stop_repeats"),
+    ("warn_after", "stop_after"),
+)  # fmt: skip
+_STORE_SCHEMES: Final = frozenset(
+    {"memory", "redis", "rediss", "redis+unix", "valkey", "valkeys", "unix"}
+)
+_OUR_TABLE: Final = re.compile(r"^\s*\[+\s*tool\s*\.\s*[\"']?loopwatch\b", re.MULTILINE)
+_DURATION: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)")
+_UNIT_SECONDS: Final = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _is_zero(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_int(where: str, value: Any, lowest: int, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < lowest:
+        never = " (or 0 for never)" if optional else ""
+        raise ConfigError(f"{where} must be a whole number >= {lowest}{never}, not {value!r}")
+
+
+def _tool_names(where: str, value: Any) -> tuple[str, ...]:
+    """A list of tool names, sorted and deduplicated."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(
+        value, (list, tuple, set, frozenset)
+    ):
+        raise ConfigError(f"{where} must be a list of tool names, not {value!r}")
+    if not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where} must be a list of tool names (strings), not {value!r}")
+    return tuple(sorted(set(value)))
+
+
+def _duration(where: str, value: Any) -> float:
+    """Seconds from a positive number or a string such as ``"90s"``, ``"30m"``,
+    ``"1h"``, ``"1h30m"`` or ``"2d"`` (a bare number is seconds). Parsed explicitly:
+    anything else, and zero or less, is refused rather than guessed at."""
+    if _is_number(value):
+        seconds = float(value)
+    elif isinstance(value, str) and value.strip():
+        text = value.strip().lower()
+        seconds, pos = 0.0, 0
+        for match in _DURATION.finditer(text):
+            if text[pos : match.start()].strip():
+                break
+            seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+            pos = match.end()
+        if pos == 0 or text[pos:].strip():
+            raise ConfigError(
+                f"{where} must be a positive number of seconds or a duration such as "
+                f"'90s', '30m', '1h', not {value!r}"
+            )
+    else:
+        raise ConfigError(
+            f"{where} must be a positive number of seconds or a duration such as "
+            f"'90s', '30m', '1h', not {value!r}"
+        )
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(
+            f"{where} must be more than 0 seconds, not {value!r} (a run that expires at once "
+            "is never guarded)"
+        )
+    return seconds
+
+
+def _check_memory_url(where: str, url: str) -> None:
+    """``memory://?max_runs=...&ttl_seconds=...``: the same ranges as the keys."""
+    query = {k: v[-1] for k, v in parse_qs(urlparse(url).query).items()}
+    if "max_runs" in query:
+        try:
+            runs = int(query["max_runs"])
+        except ValueError:
+            runs = 0
+        if runs < 1:
+            raise ConfigError(
+                f"{where}: max_runs must be a whole number >= 1, not {query['max_runs']!r}"
+            )
+    if "ttl_seconds" in query:
+        try:
+            ttl = float(query["ttl_seconds"])
+        except ValueError:
+            ttl = 0.0
+        if not 0 < ttl < float("inf"):
+            raise ConfigError(
+                f"{where}: ttl_seconds must be a number of seconds > 0, "
+                f"not {query['ttl_seconds']!r}"
+            )
+
+
+def _scheme(url: str) -> str:
+    return url.split("://", 1)[0].lower() if "://" in url else ""
+
+
+def _check_section(name: str, section: Mapping[str, Any], where: str) -> None:
+    """Ranges of one detector section, with the detector's defaults filled in."""
+    factory = DETECTORS[name][0]
+    values = {**_defaults(factory), **section}
+    if factory is _name_cycle:
+        values.update({"warn_repeats": 5, "stop_repeats": None, **section})
+    enabled = values.pop("enabled", DETECTORS[name][1])
+    at = f"[{name}] {{}}{where}"
+    for key, value in values.items():
+        if key in _COUNTS:
+            _check_int(at.format(key), value, _COUNTS[key], key in _OPTIONAL_COUNTS)
+        elif key in _FRACTIONS:
+            low_ok = _FRACTIONS[key]
+            if not _is_number(value) or not (0 <= value <= 1 if low_ok else 0 < value <= 1):
+                interval = "[0, 1]" if low_ok else "(0, 1]"
+                raise ConfigError(f"{at.format(key)} must be a number in {interval}, not {value!r}")
+        elif key in _AMOUNTS and value is not None:
+            zero_ok = _AMOUNTS[key]
+            if not _is_number(value) or not (value >= 0 if zero_ok else value > 0):
+                bound = ">= 0" if zero_ok else "> 0"
+                raise ConfigError(f"{at.format(key)} must be a number {bound}, not {value!r}")
+        elif key == "per_tool":
+            for tool, (warn, stop) in value.items():
+                _check_int(f"{at.format('per_tool')} {tool!r} warn_at", warn, 1, False)
+                _check_int(f"{at.format('per_tool')} {tool!r} stop_at", stop, 1, True)
+                if stop is not None and warn > stop:
+                    raise ConfigError(
+                        f"{at.format('per_tool')} {tool!r}: warn_at ({warn}) must not exceed "
+                        f"stop_at ({stop})"
+                    )
+    for warn_key, stop_key in _PAIRS:
+        warn, stop = values.get(warn_key), values.get(stop_key)
+        if warn_key in values and warn is not None and stop is not None and warn > stop:
+            raise ConfigError(
+                f"{at.format(warn_key)} ({warn}) must not exceed {stop_key} ({stop}): a "
+                f"warning comes before the stop (set {stop_key} = 0 for never)"
+            )
+    if not enabled:
+        return
+    required = _REQUIRED.get(name)
+    if required is not None and values.get(required) is None:
+        raise ConfigError(
+            f"[{name}] is enabled{where} but has no {required}: set {required} to a "
+            "number > 0, or disable it"
+        )
+    wants_model = (name == "semantic" or (name == "ping_pong" and values.get("semantic"))) and (
+        values.get("embedder") is None
+    )
+    if wants_model:
+        reason = semantic_unavailable_reason()
+        if reason is not None:
+            raise ConfigError(f"[{name}] is enabled{where} but {reason}")
 
 
 def find_config_file(start: str | Path | None = None) -> Path | None:
@@ -306,9 +530,18 @@ def find_config_file(start: str | Path | None = None) -> Path | None:
         pyproject = folder / "pyproject.toml"
         if pyproject.is_file():
             try:
-                data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-            except (OSError, tomllib.TOMLDecodeError):
+                text = pyproject.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
                 continue
-            if "loopwatch" in data.get("tool", {}):
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError:
+                # Broken TOML that has our table: return it, so that loading reports
+                # the syntax error instead of silently running on the defaults.
+                if _OUR_TABLE.search(text):
+                    return pyproject
+                continue
+            tool = data.get("tool", {})
+            if isinstance(tool, dict) and "loopwatch" in tool:
                 return pyproject
     return None

@@ -284,15 +284,94 @@ def maybe_json(value: Any) -> Any:
     return value
 
 
+# Nesting deeper than this is fingerprinted instead of walked recursively: JSON
+# parsers accept 500+ levels, orjson.dumps stops at 255, and Python's own
+# recursion limit (1000 frames) is shared with the caller's stack.
+_MAX_DEPTH: Final = 64
+
+
 def _sorted_json(value: Any) -> bytes:
-    """Key-sorted JSON bytes; falls back to the stdlib for what orjson refuses
-    (integers beyond 64 bits), so no argument value can crash the guard."""
+    """Key-sorted JSON bytes of any value, whatever its depth, size or cycles.
+
+    orjson handles the common case in C. What it refuses (integers beyond 64 bits,
+    nesting past its limit, a cyclic structure built in Python) goes through
+    :func:`_bounded`, which replaces whatever lies deeper than :data:`_MAX_DEPTH`
+    by a fingerprint of it, so no argument value can crash the guard, and two
+    different deep values still get different bytes.
+    """
     try:
         return orjson.dumps(
             value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str
         )
     except TypeError:
-        return json.dumps(value, sort_keys=True, default=str, separators=(",", ":")).encode()
+        bounded = _bounded(value)
+        return json.dumps(bounded, sort_keys=True, default=str, separators=(",", ":")).encode()
+
+
+def _bounded(value: Any) -> Any:
+    """A copy of ``value`` that is at most :data:`_MAX_DEPTH` deep: each subtree at
+    that depth becomes the string ``"#deep:<hash>"`` of its :func:`_deep_fingerprint`,
+    and a container met again inside itself becomes ``"#cycle"``. Recursion stays
+    within :data:`_MAX_DEPTH` frames."""
+
+    def walk(v: Any, depth: int, path: frozenset[int]) -> Any:
+        if isinstance(v, (Mapping, list, tuple)):
+            if id(v) in path:
+                return "#cycle"
+            if depth >= _MAX_DEPTH:
+                return "#deep:" + _deep_fingerprint(v)
+            inner = path | {id(v)}
+            if isinstance(v, Mapping):
+                return {str(k): walk(x, depth + 1, inner) for k, x in v.items()}
+            return [walk(x, depth + 1, inner) for x in v]
+        return v
+
+    return walk(value, 0, frozenset())
+
+
+def _deep_fingerprint(value: Any) -> str:
+    """A hash of a whole nested value, computed with an explicit stack (no recursion,
+    any depth). Keys are visited in sorted order so key order does not matter, and a
+    container met again inside itself (only Python can build one) hashes as a marker
+    instead of being walked forever. Every element is visited once: nothing is skipped,
+    so different values hash differently."""
+    digest = xxhash.xxh3_64()
+    # work items: (value, ids of the containers enclosing it) or a closing token
+    stack: list[tuple[Any, frozenset[int]] | bytes] = [(value, frozenset())]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, bytes):
+            digest.update(item)
+            continue
+        v, path = item
+        if isinstance(v, (Mapping, list, tuple)):
+            if id(v) in path:
+                digest.update(b"@")
+                continue
+            inner = path | {id(v)}
+            if isinstance(v, Mapping):
+                digest.update(b"{")
+                stack.append(b"}")
+                for k, x in sorted(v.items(), key=lambda kv: str(kv[0]), reverse=True):
+                    stack.append((x, inner))
+                    stack.append(b"\x00" + str(k).encode(_UTF8, _LONE) + b":")
+            else:
+                digest.update(b"[")
+                stack.append(b"]")
+                for x in reversed(v):
+                    stack.append((x, inner))
+                    stack.append(b",")
+        else:
+            digest.update(_scalar_bytes(v))
+    return digest.hexdigest()
+
+
+def _scalar_bytes(value: Any) -> bytes:
+    """JSON bytes of a leaf (a string, a number, anything else as its ``str``)."""
+    try:
+        return orjson.dumps(value, default=str)
+    except TypeError:  # an integer beyond 64 bits
+        return str(value).encode(_UTF8, _LONE)
 
 
 def canonical_args(args: Any) -> bytes:
@@ -300,17 +379,38 @@ def canonical_args(args: Any) -> bytes:
     return _sorted_json(maybe_json(args))
 
 
-def _normalise_value(value: Any) -> Any:
+def _normalise_value(value: Any, depth: int = 0, path: set[int] | None = None) -> Any:
+    """The normalised form of an argument value (strings folded, volatile keys masked).
+
+    From :data:`_MAX_DEPTH` down a subtree is kept exact, as its fingerprint: deep
+    values are compared as they are rather than walked with unbounded recursion. A
+    container inside itself (built in Python) becomes ``"#cycle"``, as in
+    :func:`_bounded`; ``path`` holds the ids of the enclosing containers.
+    """
     if isinstance(value, str):
         return normalise_text(value)
-    if isinstance(value, Mapping):
-        return {
-            str(k).lower(): ("#" if str(k).lower() in _VOLATILE_KEYS else _normalise_value(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, (list, tuple)):
-        return [_normalise_value(v) for v in value]
-    return value
+    if not isinstance(value, (Mapping, list, tuple)):
+        return value
+    if path is None:
+        path = set()
+    elif id(value) in path:
+        return "#cycle"
+    if depth >= _MAX_DEPTH:
+        return "#deep:" + _deep_fingerprint(value)
+    path.add(id(value))
+    try:
+        if isinstance(value, Mapping):
+            return {
+                str(k).lower(): (
+                    "#"
+                    if str(k).lower() in _VOLATILE_KEYS
+                    else _normalise_value(v, depth + 1, path)
+                )
+                for k, v in value.items()
+            }
+        return [_normalise_value(v, depth + 1, path) for v in value]
+    finally:
+        path.discard(id(value))
 
 
 # Normalised keys by exact key: a looping agent sends the same call again and again,

@@ -20,15 +20,21 @@ from typing import Any
 from .config import Config
 from .detectors import Detector
 from .engine import Engine, new_state
-from .events import Event
+from .events import KINDS, Event
 from .findings import Action, StoreUnavailable, Verdict
 from .policy import Policy
 from .stores import Store, store_from_url
 from .stores.base import State
 
-__all__ = ["Guard"]
+__all__ = ["CallerError", "Guard"]
 
 log = logging.getLogger("loopwatch")
+
+
+class CallerError(ValueError):
+    """The guard was called wrongly (no event, an event that is not a mapping, a
+    run id that is not a string): the caller's mistake, told apart from a bug in
+    loopwatch so that the log says which of the two needs fixing."""
 
 
 class Guard:
@@ -51,6 +57,9 @@ class Guard:
         **options: Any,
     ) -> None:
         cfg = config if config is not None else Config.load()
+        if store is not None and not isinstance(store, Store):
+            options["store"] = store  # a URL (or a mistake): judged with the configuration
+            store = None
         if options:
             cfg = cfg.with_options(options)
         self.config = cfg
@@ -62,7 +71,7 @@ class Guard:
         if isinstance(store, Store):
             self.store = store
         else:
-            url = store or cfg.store
+            url = cfg.store
             extra: dict[str, Any] = {}
             if url.startswith("memory"):
                 extra = {"max_runs": cfg.max_runs, "ttl_seconds": cfg.ttl_seconds}
@@ -73,13 +82,16 @@ class Guard:
         self._outage = False
         self._outage_lock = threading.Lock()
         self._errors_logged: set[str] = set()
+        self._mistakes_logged: set[str] = set()
 
     # -- the hot path -----------------------------------------------------------------
     def observe(self, run_id: str, event: Event | Mapping[str, Any]) -> Verdict:
         """Observe one event of a run and return what the agent loop should do."""
         try:
-            ev = event if isinstance(event, Event) else Event.from_dict(event)
+            ev = self._event(run_id, event)
             verdict = self.store.apply(run_id, self._stepper(ev), new_state)
+        except CallerError as exc:
+            return self._caller_error(exc)
         except StoreUnavailable as exc:
             return self._store_failed(exc)
         except Exception as exc:  # a loopwatch bug: see _internal_error
@@ -90,14 +102,68 @@ class Guard:
     async def aobserve(self, run_id: str, event: Event | Mapping[str, Any]) -> Verdict:
         """Async :meth:`observe` (uses the store's async path)."""
         try:
-            ev = event if isinstance(event, Event) else Event.from_dict(event)
+            ev = self._event(run_id, event)
             verdict = await self.store.aapply(run_id, self._stepper(ev), new_state)
+        except CallerError as exc:
+            return self._caller_error(exc)
         except StoreUnavailable as exc:
             return self._store_failed(exc)
         except Exception as exc:  # a loopwatch bug: see _internal_error
             return self._internal_error(exc)
         self._recovered()
         return verdict
+
+    def _event(self, run_id: Any, event: Any) -> Event:
+        """The event to observe, or a :class:`CallerError` saying what is wrong with
+        the call. An unknown kind is not refused (it keeps its step index, as in the
+        offline scan, and no detector looks at it) but is logged once, since it is
+        most often a typo ("tool-call") that silently turns detection off."""
+        if not isinstance(run_id, (str, int)) or isinstance(run_id, bool):
+            raise CallerError(
+                f"run_id must be a string identifying the run, not {type(run_id).__name__}"
+            )
+        if isinstance(event, Event):
+            ev = event
+            kind: Any = event.kind
+        elif isinstance(event, Mapping):
+            ev = Event.from_dict(event)
+            kind = event.get("kind")
+        else:
+            raise CallerError(
+                "observe() needs an event: a mapping such as {'kind': 'tool_call', "
+                f"'name': 'web_search', 'args': {{...}}}} or an Event, not {type(event).__name__}"
+            )
+        if kind not in KINDS:
+            self._log_once(
+                self._mistakes_logged,
+                logging.WARNING,
+                f"loopwatch: event kind {kind!r:.60} is not one of {', '.join(sorted(KINDS))}; "
+                "the step is counted but no detector looks at it",
+            )
+        return ev
+
+    def _caller_error(self, exc: CallerError) -> Verdict:
+        """A mistake in how the guard is called (not a loopwatch bug): logged once
+        per kind of mistake (the message names types, not values) at WARNING, and
+        the step let through unobserved."""
+        message = f"ValueError: {exc}"
+        self._log_once(self._mistakes_logged, logging.WARNING, f"loopwatch: {message}")
+        return Verdict(
+            Action.OK,
+            -1,
+            message=f"[loopwatch] event not observed: {exc}",
+            extra={"error": message, "caller_error": True},
+        )
+
+    def _log_once(self, seen: set[str], level: int, message: str) -> bool:
+        key = message[:200]
+        with self._outage_lock:
+            first = key not in seen
+            if first and len(seen) < 100:
+                seen.add(key)
+        if first:
+            log.log(level, "%s", message)
+        return first
 
     def _stepper(self, ev: Event) -> Callable[[State], Verdict]:
         engine, policy = self.engine, self.policy

@@ -9,7 +9,7 @@ warned and stopped.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -33,7 +33,15 @@ _FLOOR = 0.05
 
 @dataclass
 class Report:
-    """The scan of one run: FORMAT.md's output object plus a per-detector breakdown."""
+    """The scan of one run: FORMAT.md's output object plus a per-detector breakdown.
+
+    ``findings`` holds one finding per (detector, pattern, severity), the first time
+    it was reported, in that order; ``occurrences`` (aligned with it) says how many
+    times the guard would have reported it and at which step last. A guard repeats
+    a stop at every later event of a looping run, so listing each repetition would
+    make the report grow with the run (a million identical calls, a million
+    findings) instead of with the number of distinct loops in it.
+    """
 
     run_id: str
     verdict: str
@@ -44,16 +52,22 @@ class Report:
     metrics: dict[str, Any]
     breakdown: dict[str, float] = field(default_factory=dict)
     events: int = 0
+    occurrences: list[tuple[int, int]] = field(default_factory=list)  # (count, last step)
 
     def to_dict(self) -> dict[str, Any]:
-        """The FORMAT.md ``loopwatch scan --json`` object for this run."""
+        """The FORMAT.md ``loopwatch scan --json`` object for this run; each finding
+        also says ``count`` (times reported) and ``last_step`` (the last of them)."""
+        occurrences = self.occurrences or [(1, f.step) for f in self.findings]
         return {
             "run_id": self.run_id,
             "verdict": self.verdict,
             "score": self.score,
             "first_warn": self.first_warn,
             "first_stop": self.first_stop,
-            "findings": [f.to_dict() for f in self.findings],
+            "findings": [
+                {**f.to_dict(), "count": count, "last_step": last}
+                for f, (count, last) in zip(self.findings, occurrences, strict=True)
+            ],
             "metrics": self.metrics,
         }
 
@@ -161,7 +175,7 @@ class Scanner:
         engine, policy = self.engine, self.policy
         state = new_state()
         metrics = _Metrics()
-        findings: list[Finding] = []
+        merged = _Merger()
         first_warn = first_stop = None
         n = 0
         for raw in events:
@@ -177,12 +191,13 @@ class Scanner:
             if not found:
                 continue
             verdict = policy.decide(step, ev.kind, found, state)
-            findings.extend(verdict.findings)
+            merged.add(verdict.findings)
             if first_warn is None:
                 first_warn = step
             if first_stop is None and policy.blocks(verdict.action):
                 first_stop = step
-        breakdown = _breakdown(findings)
+        findings, occurrences = merged.findings, merged.occurrences
+        breakdown = _breakdown(findings, occurrences)
         score = 1.0
         for value in breakdown.values():
             score *= value
@@ -202,16 +217,49 @@ class Scanner:
             metrics=metrics.result(self.config.max_iterations),
             breakdown=breakdown,
             events=n,
+            occurrences=[(c, last) for c, last in occurrences],
         )
 
 
-def _breakdown(findings: list[Finding]) -> dict[str, float]:
-    """Per-detector sub-scores (1.0 clean ... near 0 severe), multiplied into the score."""
+class _Merger:
+    """Folds repeated findings into one per (detector, pattern, severity), in order of
+    first appearance, counting them and keeping the step of the last one."""
+
+    __slots__ = ("findings", "index", "occurrences")
+
+    def __init__(self) -> None:
+        self.findings: list[Finding] = []
+        self.occurrences: list[list[int]] = []  # [count, last step], aligned with findings
+        self.index: dict[tuple[str, str, Severity], int] = {}
+
+    def add(self, found: Iterable[Finding]) -> None:
+        for f in found:
+            key = (f.detector, f.pattern, f.severity)
+            at = self.index.get(key)
+            if at is None:
+                self.index[key] = len(self.findings)
+                self.findings.append(f)
+                self.occurrences.append([1, f.step])
+            else:
+                seen = self.occurrences[at]
+                seen[0] += 1
+                seen[1] = f.step
+
+
+def _breakdown(
+    findings: list[Finding], occurrences: Iterable[Sequence[int]] | None = None
+) -> dict[str, float]:
+    """Per-detector sub-scores (1.0 clean ... near 0 severe), multiplied into the score.
+
+    Every reported stop counts, repetitions included (``occurrences`` gives their
+    number per merged finding), so merging findings does not change the score.
+    """
+    counts = (o[0] for o in occurrences) if occurrences is not None else (1 for _ in findings)
     stops: dict[str, int] = {}
     warned: set[str] = set()
-    for f in findings:
+    for f, count in zip(findings, counts, strict=True):
         if f.severity is Severity.STOP:
-            stops[f.detector] = stops.get(f.detector, 0) + 1
+            stops[f.detector] = stops.get(f.detector, 0) + count
         else:
             warned.add(f.detector)
     out = {d: max(_FLOOR, _STOP_SCORE - _EXTRA_STOP * (n - 1)) for d, n in stops.items()}

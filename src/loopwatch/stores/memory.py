@@ -18,14 +18,26 @@ T = TypeVar("T")
 class MemoryStore(Store):
     """Run states in an LRU dict guarded by one lock.
 
-    A run idle for ``ttl_seconds`` starts afresh; past ``max_runs`` live runs the
-    least recently used is dropped. One lock is enough: an update takes a few
-    microseconds, and the GIL serialises Python work anyway.
+    A run idle for ``ttl_seconds`` is gone: the next step starts it afresh, ``get``
+    no longer sees it and it no longer counts as live. Expiry is checked on every
+    access, not only when ``max_runs`` overflows, so idle runs do not hold memory
+    until the store fills up. Past ``max_runs`` live runs the least recently used
+    is dropped. One lock is enough: an update takes a few microseconds, and the GIL
+    serialises Python work anyway.
     """
 
     def __init__(self, max_runs: int = 10_000, ttl_seconds: float | None = 3600.0) -> None:
-        if max_runs < 1:
-            raise ValueError("max_runs must be at least 1")
+        if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
+            raise ValueError(f"max_runs must be a whole number >= 1, not {max_runs!r}")
+        if ttl_seconds is not None and (
+            isinstance(ttl_seconds, bool)
+            or not isinstance(ttl_seconds, (int, float))
+            or not ttl_seconds > 0
+        ):
+            raise ValueError(
+                f"ttl_seconds must be a number of seconds > 0 (or None: never expire), "
+                f"not {ttl_seconds!r}; 0 would expire every run at once and guard nothing"
+            )
         self.max_runs = max_runs
         self.ttl_seconds = ttl_seconds
         self._runs: OrderedDict[str, tuple[float, State]] = OrderedDict()
@@ -34,23 +46,19 @@ class MemoryStore(Store):
 
     def apply(self, run_id: str, fn: Callable[[State], T], factory: Callable[[], State]) -> T:
         now = self._clock()
-        ttl = self.ttl_seconds
         with self._lock:
+            self._expire(now)
             runs = self._runs
-            item = runs.get(run_id)
-            if item is None or (ttl is not None and now - item[0] > ttl):
-                state = factory()
-            else:
-                state = item[1]
-                runs.move_to_end(run_id)
-            runs[run_id] = (now, state)
+            item = runs.pop(run_id, None)
+            state = factory() if item is None else item[1]
+            runs[run_id] = (now, state)  # the most recently used end
             if len(runs) > self.max_runs:
                 runs.popitem(last=False)
-                self._expire(now)
             return fn(state)
 
     def _expire(self, now: float) -> None:
-        """Drop expired runs from the old end of the LRU (caller holds the lock)."""
+        """Drop expired runs (caller holds the lock). Runs are kept in order of last
+        use, so the expired ones are at the old end: amortised O(1) per access."""
         ttl = self.ttl_seconds
         if ttl is None:
             return
@@ -63,6 +71,7 @@ class MemoryStore(Store):
 
     def get(self, run_id: str) -> State | None:
         with self._lock:
+            self._expire(self._clock())
             item = self._runs.get(run_id)
         return None if item is None else item[1]
 
@@ -71,4 +80,6 @@ class MemoryStore(Store):
             self._runs.pop(run_id, None)
 
     def __len__(self) -> int:
-        return len(self._runs)
+        with self._lock:
+            self._expire(self._clock())
+            return len(self._runs)
