@@ -146,3 +146,13 @@ def test_token_masking_equals_masking_the_whole_text(parts: list[str]) -> None:
 
     text = " ".join(parts)
     assert fold_and_mask(text) == " ".join(mask_volatile(text).split())
+
+
+def test_a_huge_result_is_keyed_at_its_ends_and_exactly_in_its_middle() -> None:
+    middle = "lorem ipsum dolor " * 100_000
+    a = Event("tool_result", "t", text="run at 2024-01-02T03:04:05Z\n" + middle + "\nend")
+    b = Event("tool_result", "t", text="run at 2025-06-07T08:09:10Z\n" + middle + "\nend")
+    c = Event("tool_result", "t", text="run at 2024-01-02T03:04:05Z\n" + middle + "x\nend")
+    assert a.result_key == b.result_key  # a volatile value at an end is masked
+    assert a.result_key != c.result_key  # any change in the middle is a change
+    assert Event("user", text="A b" + middle).text_key == Event("user", text="a B" + middle).text_key

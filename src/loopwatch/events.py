@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import orjson
@@ -425,6 +425,31 @@ _TRUE: Final = (True, 1, "true", "True", "TRUE")
 _KNOWABLE: Final = frozenset({"args", "text"})
 
 
+# Characters folded and masked at each end of a long text; its middle is hashed
+# exactly as it is. A 10 MB output then costs one encode and hash (~5 ms here),
+# not a tokenisation (~500 ms); two long texts that differ only by a volatile value
+# in the middle count as different: never equal by assumption.
+_TEXT_BUDGET: Final = 8_192
+
+
+def _fold_case_space(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _folded_key(text: str, fold: Callable[[str], str]) -> str:
+    """xxh3 of ``fold(text)``; a long text is folded only at its ends, with the exact
+    hash of its middle between them."""
+    budget = _TEXT_BUDGET
+    if len(text) <= 2 * budget:
+        return _hexdigest(fold(text).encode(_UTF8, _LONE))
+    head, tail = text[:budget], text[-budget:]
+    data = text.encode(_UTF8, _LONE)
+    start = len(head.encode(_UTF8, _LONE))
+    end = len(data) - len(tail.encode(_UTF8, _LONE))
+    middle = _hexdigest(memoryview(data)[start:end])
+    return _hexdigest(f"{fold(head)}\x00{middle}\x00{fold(tail)}".encode(_UTF8, _LONE))
+
+
 def _unknown_fields(value: Any) -> frozenset[str]:
     """The FORMAT.md ``unknown`` list as a set of the fields it may name."""
     if isinstance(value, str):
@@ -650,11 +675,14 @@ class Event:
             if self.error:
                 key = self._result_key = self.outcome_key
                 return key
-            raw = _hexdigest(self.text.encode(_UTF8, _LONE))
+            text = self.text
+            if len(text) > 2 * _TEXT_BUDGET:
+                key = self._result_key = _folded_key(text, fold_and_mask)
+                return key
+            raw = _hexdigest(text.encode(_UTF8, _LONE))
             key = _RESULT_CACHE.get(raw)
             if key is None:
-                folded = fold_and_mask(self.text)
-                key = _hexdigest(folded.encode(_UTF8, _LONE))
+                key = _hexdigest(fold_and_mask(text).encode(_UTF8, _LONE))
                 if len(_RESULT_CACHE) >= _NORM_CACHE_MAX:
                     _RESULT_CACHE.clear()
                 _RESULT_CACHE[raw] = key
@@ -671,10 +699,13 @@ class Event:
             if not self.text_known:
                 key = self._outcome_key = ("E" if self.error else "?") + _never_equal()[1:]
                 return key
-            raw = ("E" if self.error else "O") + _hexdigest(self.text.encode(_UTF8, _LONE))
+            text = self.text
+            if len(text) > 2 * _TEXT_BUDGET:  # the signature reads only the ends anyway
+                text = text[:_TEXT_BUDGET] + " " + text[-_TEXT_BUDGET:]
+            raw = ("E" if self.error else "O") + _hexdigest(text.encode(_UTF8, _LONE))
             key = _OUTCOME_CACHE.get(raw)
             if key is None:
-                key = outcome_signature(self.text, self.error)
+                key = outcome_signature(text, self.error)
                 if len(_OUTCOME_CACHE) >= _NORM_CACHE_MAX:
                     _OUTCOME_CACHE.clear()
                 _OUTCOME_CACHE[raw] = key
@@ -686,7 +717,7 @@ class Event:
         """Fingerprint of model output: case and whitespace folded."""
         if not self.text_known:
             return _never_equal()
-        return _hexdigest(" ".join(self.text.lower().split()).encode(_UTF8, _LONE))
+        return _folded_key(self.text, _fold_case_space)
 
     def __repr__(self) -> str:
         bits = [self.kind]
