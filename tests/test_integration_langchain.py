@@ -212,9 +212,12 @@ def test_a_clean_agent_runs_untouched(mode: str) -> None:
     )
 
     assert all(v.action == "ok" for v in guard.verdicts)
-    assert [e["kind"] for e in guard.events] == ["model", "tool_call", "tool_result"] * 3 + [
-        "model"
-    ]
+    # the invocation's input is its user turn, then three lookups and the answer
+    assert [e["kind"] for e in guard.events] == ["user"] + [
+        "model",
+        "tool_call",
+        "tool_result",
+    ] * 3 + ["model"]
     assert scan(guard.events, config=guard.config).verdict == "ok"
 
     def shape(messages: list[BaseMessage]) -> list[tuple[str, Any]]:
@@ -412,3 +415,35 @@ def test_a_stop_on_a_tool_result_ends_the_run_before_the_next_model_call(mode: s
     assert isinstance(kept, ToolMessage) and kept.content == FORECAST
     assert kept.response_metadata["loopwatch"]["action"] == "stop"
     assert result["messages"][-1].content.startswith("[loopwatch] Run stopped:")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_thread_that_looks_the_weather_up_once_per_turn_is_never_stopped(mode: str) -> None:
+    """deer-flow's report: every user turn calls web_search("paris weather") once; the
+    5th turn was stopped, and every later turn on the thread too."""
+    guard = RecordingGuard()
+    counter = Counter()
+
+    def script(turn: int, messages: list[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], HumanMessage):
+            return calls("search", {"q": "paris weather"}, turn)
+        return AIMessage(content=f"It is 18C and cloudy ({turn}).")
+
+    agent = create_agent(
+        ScriptedChatModel(script=script),
+        tools=[make_search(counter)],
+        middleware=[LoopwatchMiddleware(guard)],
+        checkpointer=InMemorySaver(),
+    )
+    cfg = {"configurable": {"thread_id": "chat-1"}}
+    questions = ["Weather in Paris?", "Umbrella tonight?", "And tomorrow?", "A walk later?"]
+    for question in questions * 2:
+        payload = {"messages": [{"role": "user", "content": question}]}
+        if mode == "sync":
+            agent.invoke(payload, cfg)
+        else:
+            asyncio.run(agent.ainvoke(payload, cfg))
+    assert len(counter.calls) == 8, "every turn's lookup ran"
+    assert guard.first("stop") is None and guard.first("warn") is None
+    assert [e["kind"] for e in guard.events].count("user") == 8
+    assert scan(guard.events, config=guard.config).verdict == "ok"

@@ -75,6 +75,14 @@ class Engine:
             state.talks = True
         elif kind == TOOL_CALL and not state.talks:
             state.turn += 1
+        elif kind == USER:
+            # A user turn is new input: calls after it start new streaks, and the
+            # call-pattern detectors look only at the calls of the current turn
+            # (Context.turn_calls). A chat that looks a thing up once per user turn
+            # is not a loop; a loop inside one turn, and a user who has to repeat
+            # themselves (futility), still are.
+            state.epoch += 1
+            state.user_step = step
         if kind == TOOL_CALL:
             if self.exempt_tools and event.name in self.exempt_tools:
                 if event.id is not None:

@@ -190,6 +190,7 @@ class RunState:
         "slots",
         "talks",
         "turn",
+        "user_step",
         "warned",
     )
 
@@ -205,6 +206,7 @@ class RunState:
         self.turn = 0  # model turns so far (see Context.turn)
         self.talks = False  # whether the run has model events at all
         self.skips = 0  # calls skipped by the policy (for escalation to stop)
+        self.user_step = -1  # event index of the last user input (-1: none yet)
         self.slots: dict[str, DetectorState] = {}  # detector name -> its state
 
     def slot(self, name: str, cls: type[S]) -> S:
@@ -231,6 +233,7 @@ class RunState:
             self.turn,
             self.talks,
             self.skips,
+            self.user_step,
             {name: [type(st).__name__, st.dump()] for name, st in self.slots.items()},
         ]
 
@@ -252,14 +255,14 @@ class RunState:
                 f"run state of format {version!r}, this loopwatch reads {STATE_VERSION}"
             )
         try:
-            _, n, calls, seen, rseen, pending, epoch, ncalls, warned, turn, talks, skips, slots = (
-                raw
-            )
+            _, n, calls, seen, rseen, pending, epoch, ncalls, warned, *rest = raw
+            turn, talks, skips, user_step, slots = rest
             st = cls()
             st.n = int(n)
             st.calls = [CallRecord.load(c) for c in calls]
             st.seen, st.rseen, st.pending, st.warned = seen, rseen, pending, warned
             st.epoch, st.ncalls, st.turn, st.talks, st.skips = epoch, ncalls, turn, talks, skips
+            st.user_step = user_step
             for name, (kind, value) in slots.items():
                 slot_cls = DetectorState.registry.get(kind)
                 if slot_cls is None:

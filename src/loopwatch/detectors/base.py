@@ -80,6 +80,15 @@ class Context:
         """The window of recent call records, oldest first."""
         return self.state.calls
 
+    @property
+    def turn_calls(self) -> list[CallRecord]:
+        """The window's calls made since the last user input, oldest first."""
+        calls = self.state.calls
+        since = self.state.user_step
+        if not calls or calls[0].step > since:
+            return calls
+        return [c for c in calls if c.step > since]
+
 
 class Detector:
     """Base class: subclasses set ``name`` and ``kinds`` and implement ``observe``.

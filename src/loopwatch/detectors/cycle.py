@@ -53,7 +53,7 @@ class Cycle(Detector):
     def observe(self, ctx: Context) -> Finding | None:
         if ctx.call is not None and ctx.call.novel and self.level == "call":
             return None  # a call not in the window cannot close a cycle
-        calls = ctx.calls
+        calls = ctx.turn_calls
         n = len(calls)
         by_name = self.level == "name"
         keys = [c.name for c in calls] if by_name else [c.norm for c in calls]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, final
 
-from ..events import TOOL_RESULT
+from ..events import TOOL_RESULT, USER
 from ..findings import Finding
 from ..state import DetectorState, Tally, dump_map, load_map
 from .base import Context, Detector, preview, severity_for, trim
@@ -54,7 +54,7 @@ class ErrorLoop(Detector):
     """
 
     name = "error_loop"
-    kinds = frozenset({TOOL_RESULT})
+    kinds = frozenset({TOOL_RESULT, USER})
 
     def __init__(
         self,
@@ -74,9 +74,10 @@ class ErrorLoop(Detector):
         ev = ctx.event
         rec = ctx.call
         tool = ev.name or (rec.name if rec else "")
-        if not ev.error:
+        if not ev.error or ev.kind == USER:
             # A success resets both counts: something worked, something moved (an
-            # edit between two failing builds is progress for the build).
+            # edit between two failing builds is progress for the build). So does a
+            # new user turn: the user has seen the failure and asked again.
             tools.clear()
             errs.clear()
             return None

@@ -45,7 +45,7 @@ class Frequency(Detector):
         name = ctx.call.name if ctx.call else ""
         if name in self.exempt:
             return None
-        recent = ctx.calls[-self.window :]
+        recent = ctx.turn_calls[-self.window :]
         count = sum(1 for c in recent if c.name == name)
         warn_at, stop_at = self.per_tool.get(name, (self.warn_at, self.stop_at))
         severity = severity_for(count, warn_at, stop_at)

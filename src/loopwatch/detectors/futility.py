@@ -38,7 +38,7 @@ _ADVICE = {
 class FutilityState(DetectorState):
     """The run's count of futile steps since the last progress, and its evidence."""
 
-    __slots__ = ("count", "noops", "start", "steps", "why")
+    __slots__ = ("count", "noops", "said", "start", "steps", "why")
 
     def __init__(self) -> None:
         self.count: float = 0  # weighted futile steps (halved by each progress)
@@ -46,6 +46,7 @@ class FutilityState(DetectorState):
         self.steps: list[int] = []  # evidence: the last few futile steps
         self.why: dict[str, int] = {}  # kind of futility -> steps of that kind
         self.noops: list[int] = []  # steps of no-op calls whose result is pending
+        self.said = ""  # fingerprint of the user's last message
 
 
 def _new_exact(ctx: Context, rec: CallRecord) -> bool:
@@ -72,8 +73,8 @@ class Futility(Detector):
       paths, hashes) and 1-2 letter words masked, so the same error in new words
       (new pid, new duration, a clipped last word) is the same outcome;
     * an empty result or bare acknowledgement from a call made before;
-    * a user message the run has seen before (the user answering the same thing
-      again: the agent keeps asking for what it was given).
+    * a user message the same as the user's previous one (the user answering the
+      same thing again: the agent keeps asking for what it was given).
 
     Progress halves the count (see ``_progress``): a successful result with a new
     outcome, a new call acknowledged with a bare "ok" (an edit or a write changed
@@ -113,7 +114,11 @@ class Futility(Detector):
         # with volatile values masked.
         seen = not ctx.novel
         if kind == USER:
-            if not seen:
+            # The user saying again exactly what they said last time: they are not
+            # being heard. The same question asked again later in a chat, after
+            # other questions, is a new turn like any other.
+            said, st.said = st.said, ev.text_key
+            if said != st.said:
                 return self._progress(st)
             return self._futile(ctx, st, _USER, "the user", _USER_WEIGHT)
         rec = ctx.call

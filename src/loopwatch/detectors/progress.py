@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import final
 
-from ..events import TOOL_RESULT
+from ..events import TOOL_RESULT, USER
 from ..findings import Finding
 from ..state import DetectorState
 from ..text import contentless
@@ -45,7 +45,7 @@ class NoProgress(Detector):
     """
 
     name = "no_progress"
-    kinds = frozenset({TOOL_RESULT})
+    kinds = frozenset({TOOL_RESULT, USER})
 
     def __init__(self, warn_at: int = 5, stop_at: int | None = 10) -> None:
         self.warn_at = warn_at
@@ -54,6 +54,10 @@ class NoProgress(Detector):
     def observe(self, ctx: Context) -> Finding | None:
         st = ctx.state.slot(self.name, NoProgressState)
         ev = ctx.event
+        if ev.kind == USER:
+            st.count = 0  # a user turn is new input; its results are judged afresh
+            st.steps = []
+            return None
         novel_call = ctx.call.novel if ctx.call else True
         repeated = not ctx.novel  # the engine's answer: seen among the last 64 results
         if ev.error:

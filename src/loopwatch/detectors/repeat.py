@@ -98,7 +98,8 @@ class RepeatedCall(Detector):
         """The same call and result coming back again and again with other work in
         between: an agent restarting from the same point."""
         norm = rec.norm
-        prior = [c for c in ctx.calls[:-1] if c.norm == norm and c.result == result]
+        calls = ctx.turn_calls
+        prior = [c for c in calls[:-1] if c.norm == norm and c.result == result]
         count = len(prior) + 1
         severity = severity_for(count, self.window_warn_at, self.window_stop_at)
         if severity is None:
@@ -109,7 +110,7 @@ class RepeatedCall(Detector):
             ctx.step,
             (*(c.step for c in prior), ctx.step),
             f"You called {rec.name}({rec.args}) {count} times in your last "
-            f"{len(ctx.calls)} tool calls and it returned the same result each time; the "
+            f"{len(calls)} tool calls and it returned the same result each time; the "
             "work in between is not changing it. Stop restarting from this step.",
             "window:" + norm,
         )

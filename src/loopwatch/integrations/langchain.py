@@ -150,10 +150,26 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
         return "loopwatch-unidentified"
 
     def before_agent(self, state: LoopwatchState, runtime: Any) -> dict[str, Any] | None:
-        """Give the invocation its own run id when there is no thread to name it."""
-        if _thread_id(runtime) or state.get(_RUN_KEY):
-            return None
-        return {_RUN_KEY: f"lc-{uuid.uuid4().hex}"}
+        """Mark the user turn, and give the invocation its own run id when there is
+        no thread to name it.
+
+        Each invocation on a thread is a user turn: its last human message is
+        observed as a ``user`` event, so counts that belong to one turn (the same
+        call, the same result, the same error) start afresh, while a user who has to
+        repeat themselves is still seen (a thread that looks the weather up once per
+        turn is not stopped on turn 5).
+        """
+        update = None
+        run = _thread_id(runtime) or state.get(_RUN_KEY)
+        if not run:
+            run = f"lc-{uuid.uuid4().hex}"
+            update = {_RUN_KEY: run}
+        human = _last_human(state)
+        if human is not None:
+            observe_safely(
+                self.guard, str(run), {"kind": "user", "text": content_text(human.content)}
+            )
+        return update
 
     async def abefore_agent(self, state: LoopwatchState, runtime: Any) -> dict[str, Any] | None:
         return self.before_agent(state, runtime)
@@ -334,6 +350,14 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
 
 
 # -- events ------------------------------------------------------------------------------
+def _last_human(state: Any) -> HumanMessage | None:
+    messages = state.get("messages") if isinstance(state, dict) else None
+    for message in reversed(messages or ()):
+        if isinstance(message, HumanMessage):
+            return message
+    return None
+
+
 def _last_ai(state: Any) -> AIMessage | None:
     messages = state.get("messages") if isinstance(state, dict) else None
     if messages and isinstance(messages[-1], AIMessage):
