@@ -186,3 +186,13 @@ def test_timing_fields_do_not_make_results_new() -> None:
     b = Event("tool_result", "Glob", text='No files found {"durationMs": 4, "numFiles": 0}')
     c = Event("tool_result", "Glob", text='No files found {"durationMs": 4, "numFiles": 1}')
     assert a.result_key == b.result_key != c.result_key
+
+
+def test_the_environment_repeating_itself_with_nothing_else_changing() -> None:
+    # ten context-window trims in a row: input from the environment, as user events
+    events: Events = []
+    for i in range(10):
+        events += [{"kind": "user", "text": "[system] context window trimmed"}]
+        events += [model(f"Continuing ({i}).")]
+    report = only(events)
+    assert report.first_stop is not None and report.first_warn is not None

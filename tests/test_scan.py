@@ -56,6 +56,7 @@ def test_iteration_metrics() -> None:
         "efficiency_ratio": 0.8,
         "degenerate_loop": True,
         "max_iterations_hit": False,
+        "outcome": None,
     }
 
 
@@ -97,3 +98,17 @@ def test_unknown_kinds_keep_their_index() -> None:
         events += tool("s", {"q": "x"}, "same")
     report = scan(run(events), Config())
     assert report.first_warn == 7 and report.first_stop == 13
+
+
+def test_a_recorded_outcome_decides_whether_the_run_ended_well() -> None:
+    events = [model("start"), *tool("x", {}, "y"), model("Here is the answer.")]
+    assert scan(run(events), Config()).metrics["terminated_coherently"] is True
+    for outcome, coherent in (("failed", False), ("cancelled", False), ("succeeded", True)):
+        report = scan({**run(events), "outcome": outcome}, Config())
+        assert report.metrics["outcome"] == outcome
+        assert report.metrics["terminated_coherently"] is coherent
+    # from meta, in the words exporters use; anything else is not recorded
+    assert scan({**run(events), "meta": {"outcome": "ERROR"}}, Config()).metrics["outcome"] == (
+        "failed"
+    )
+    assert scan({**run(events), "outcome": "maybe"}, Config()).metrics["outcome"] is None

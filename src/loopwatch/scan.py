@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from .config import Config
 from .detectors import Detector
@@ -139,17 +139,41 @@ class _Metrics:
             self.last_was_final = False
             self.prev_key = None
 
-    def result(self, max_iterations: int | None) -> dict[str, Any]:
+    def result(self, max_iterations: int | None, outcome: str | None = None) -> dict[str, Any]:
         empty = self.empty + (1 if self.pending_empty else 0)
         hit = max_iterations is not None and self.iterations >= max_iterations
+        # A run that ended on an answer but is recorded as failed or cancelled did not
+        # terminate coherently; without a recorded outcome, the last output decides.
+        ended_badly = outcome in _BAD_OUTCOMES
         return {
             "iteration_count": self.iterations,
             "empty_outputs": empty,
-            "terminated_coherently": self.last_was_final and not hit,
+            "terminated_coherently": self.last_was_final and not hit and not ended_badly,
             "efficiency_ratio": round(self.useful / self.iterations, 4) if self.iterations else 1.0,
             "degenerate_loop": self.degenerate,
             "max_iterations_hit": hit,
+            "outcome": outcome,
         }
+
+
+_BAD_OUTCOMES: Final = frozenset({"failed", "cancelled"})
+_OUTCOME_WORDS: Final = {
+    "succeeded": "succeeded", "success": "succeeded", "ok": "succeeded",
+    "completed": "succeeded", "failed": "failed", "failure": "failed", "error": "failed",
+    "cancelled": "cancelled", "canceled": "cancelled", "interrupted": "cancelled",
+}  # fmt: skip
+
+
+def run_outcome(run: Mapping[str, Any]) -> str | None:
+    """The run's recorded outcome (FORMAT.md ``outcome``: succeeded, failed or
+    cancelled), from the run object or its ``meta``; None when not recorded."""
+    value = run.get("outcome")
+    if value is None:
+        meta = run.get("meta")
+        value = meta.get("outcome") if isinstance(meta, Mapping) else None
+    if not isinstance(value, str):
+        return None
+    return _OUTCOME_WORDS.get(value.strip().lower())
 
 
 class Scanner:
@@ -167,9 +191,11 @@ class Scanner:
     def scan(self, run: Mapping[str, Any] | Iterable[Any], run_id: str | None = None) -> Report:
         """Scan one run: a FORMAT.md run object, or an iterable of events
         (FORMAT.md dicts or :class:`Event`)."""
+        outcome = None
         if isinstance(run, Mapping):
             run_id = str(run.get("run_id", run_id or ""))
             events: Iterable[Any] = run.get("events") or ()
+            outcome = run_outcome(run)
         else:
             events = run
         engine, policy = self.engine, self.policy
@@ -214,7 +240,7 @@ class Scanner:
             first_warn=first_warn,
             first_stop=first_stop,
             findings=findings,
-            metrics=metrics.result(self.config.max_iterations),
+            metrics=metrics.result(self.config.max_iterations, outcome),
             breakdown=breakdown,
             events=n,
             occurrences=[(c, last) for c, last in occurrences],
