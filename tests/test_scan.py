@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from runs import model, run, tool
@@ -112,3 +113,16 @@ def test_a_recorded_outcome_decides_whether_the_run_ended_well() -> None:
         "failed"
     )
     assert scan({**run(events), "outcome": "maybe"}, Config()).metrics["outcome"] is None
+
+
+def test_scan_takes_what_read_runs_returns(tmp_path: Any) -> None:
+    from loopwatch import TraceRun, read_runs
+
+    path = tmp_path / "runs.jsonl"
+    events = [model("go"), *[e for _ in range(6) for e in tool("s", {"q": 1}, "same")]]
+    path.write_text(json.dumps({"run_id": "a", "outcome": "failed", "events": events}) + "\n")
+    (item,) = read_runs(str(path))
+    assert isinstance(item, TraceRun)
+    report = scan(item, Config())
+    assert report.run_id == "a" and report.first_stop is not None
+    assert report.metrics["outcome"] == "failed"

@@ -189,9 +189,12 @@ class Scanner:
         self.policy = Policy(self.config.on_loop)  # type: ignore[arg-type]
 
     def scan(self, run: Mapping[str, Any] | Iterable[Any], run_id: str | None = None) -> Report:
-        """Scan one run: a FORMAT.md run object, or an iterable of events
-        (FORMAT.md dicts or :class:`Event`)."""
+        """Scan one run: a FORMAT.md run object, a :class:`~loopwatch.TraceRun` from
+        :func:`~loopwatch.read_runs`, or an iterable of events (FORMAT.md dicts or
+        :class:`Event`)."""
         outcome = None
+        if not isinstance(run, Mapping) and hasattr(run, "run_id") and hasattr(run, "to_dict"):
+            run = run.to_dict()  # a TraceRun from read_runs
         if isinstance(run, Mapping):
             run_id = str(run.get("run_id", run_id or ""))
             events: Iterable[Any] = run.get("events") or ()
