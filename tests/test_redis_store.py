@@ -334,19 +334,43 @@ def test_state_size_is_bounded_over_a_long_run(redis_server: RedisServer, prefix
     raw.close()
 
 
-def test_a_damaged_value_is_reported_not_crashed_on(redis_server: RedisServer, prefix: str) -> None:
+def test_a_damaged_value_is_replaced_flagged_and_guarded_again(
+    redis_server: RedisServer, prefix: str
+) -> None:
     import redis
 
     store = RedisStore.from_url(redis_server.url, prefix=prefix)
     raw = redis.Redis.from_url(redis_server.url)
     raw.hset(store.key("bad"), mapping={"v": "x", "s": "{not json"})
+    raw.hset(store.key("foreign"), mapping={"v": "y", "s": b'{"n": 3, "calls": []}'})
     raw.set(store.key("wrongtype"), "a string")
     allow = Guard(Config(), store=store)
-    verdict = allow.observe("bad", event(0))
-    assert not verdict.state_available and "not a loopwatch state" in (verdict.message or "")
+    for run in ("bad", "foreign"):
+        assert store.get(run) is None  # not a usable state
+        verdict = allow.observe(run, event(0))
+        assert verdict.state_available and verdict.step == 0
+        assert "could not be read" in verdict.extra["state_reset"]
+        # the run is guarded again from here on, and the flag is given once
+        later = [allow.observe(run, event(0)) for _ in range(5)]
+        assert "state_reset" not in later[0].extra
+        assert later[-1].action == "stop"
+    assert store.replaced == 2
     strict = Guard(Config(), store=store, on_store_error="raise")
     with pytest.raises(StoreUnavailable, match="WRONGTYPE"):
         strict.observe("wrongtype", event(0))
-    strict.reset("bad")
-    assert strict.observe("bad", event(0)).step == 0
     raw.close()
+
+
+def test_lone_surrogates_give_the_same_verdicts_as_in_memory(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    store = RedisStore.from_url(redis_server.url, prefix=prefix)
+    events = []
+    for _ in range(6):
+        events.append({"kind": "tool_call", "name": "se\ud800arch", "args": {"q": "x\udcff"}})
+        events.append({"kind": "tool_result", "name": "se\ud800arch", "text": "r\ud800"})
+    in_redis, in_memory = Guard(Config(), store=store), Guard(Config())
+    got = [(in_redis.observe("s", e).action, in_memory.observe("s", e).action) for e in events]
+    assert all(a == b for a, b in got), got
+    assert any(a == "stop" for a, _ in got)
+    assert store.get("s") == in_memory.state("s")

@@ -171,9 +171,14 @@ class Guard:
         def step(state: State) -> Verdict:
             n = state.n
             findings = engine.step(state, ev)
-            if not findings:
-                return Verdict(Action.OK, n)
-            return policy.decide(n, ev.kind, findings, state)
+            verdict = (
+                policy.decide(n, ev.kind, findings, state) if findings else Verdict(Action.OK, n)
+            )
+            if state.reset_reason is not None:
+                # the store could not read this run's state and started it afresh
+                verdict.extra["state_reset"] = state.reset_reason
+                state.reset_reason = None
+            return verdict
 
         return step
 

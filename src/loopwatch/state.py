@@ -15,6 +15,7 @@ first, so a state written by another version is refused cleanly
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar, Final, Generic, TypeVar, final
 
 import orjson
@@ -184,6 +185,7 @@ class RunState:
         "n",
         "ncalls",
         "pending",
+        "reset_reason",
         "rseen",
         "seen",
         "skips",
@@ -208,6 +210,9 @@ class RunState:
         self.skips = 0  # calls skipped by the policy (for escalation to stop)
         self.user_step = -1  # event index of the last user input (-1: none yet)
         self.slots: dict[str, DetectorState] = {}  # detector name -> its state
+        # Set (never stored) by a store that found this run's stored state unreadable
+        # and started it afresh; the guard reports it in the verdict once.
+        self.reset_reason: str | None = None
 
     def slot(self, name: str, cls: type[S]) -> S:
         """The named detector's state, created on first use."""
@@ -238,8 +243,17 @@ class RunState:
         ]
 
     def to_bytes(self) -> bytes:
-        """Compact serialised form, for stores that keep state outside the process."""
-        return orjson.dumps(self.dump())
+        """Compact serialised form, for stores that keep state outside the process.
+
+        Text from Python callers may hold lone surrogates, which UTF-8 cannot carry:
+        such a state is written with JSON escapes instead (``\\ud800``), which
+        :meth:`from_bytes` reads back to the same string, so every store keeps the
+        same text and gives the same verdicts."""
+        dump = self.dump()
+        try:
+            return orjson.dumps(dump)
+        except TypeError:
+            return json.dumps(dump, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
     @classmethod
     def from_bytes(cls, data: bytes | str) -> RunState:
@@ -248,7 +262,10 @@ class RunState:
         try:
             raw = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
-            raise StateError(f"run state is not readable: {exc}") from exc
+            try:  # written with escapes for lone surrogates (see to_bytes)
+                raw = json.loads(data)
+            except (ValueError, UnicodeDecodeError):
+                raise StateError(f"run state is not readable: {exc}") from exc
         if not isinstance(raw, list) or not raw or raw[0] != STATE_VERSION:
             version = raw[0] if isinstance(raw, list) and raw else None
             raise StateError(

@@ -13,8 +13,9 @@ separate read. A worker keeps the last state it wrote or saw per run, so:
   the first script call fails and returns the current state, the second one writes.
 
 A new run costs one round trip: the worker assumes the run is absent and the script
-confirms it. Each further conflicting writer adds one more round trip; after
-``max_conflicts`` the step fails with :class:`StoreUnavailable`. Within one process,
+confirms it. Each further conflicting writer adds one more round trip; writers that
+keep colliding back off (with jitter) and retry until ``timeout`` (or ``max_conflicts``
+attempts, when set), then the step fails with :class:`StoreUnavailable`. Within one process,
 updates of the same run take turns on a local lock, so threads and asyncio tasks of
 one worker never conflict with each other. Version tokens are random (not counters),
 so a run that expired or was reset and then re-created can never be mistaken for the
@@ -53,7 +54,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
+import random
 import threading
 import time
 from collections import OrderedDict
@@ -87,6 +90,11 @@ if cur == ARGV[1] then
 end
 return {cur, redis.call('HGET', KEYS[1], 's') or ''}
 """
+
+_log = logging.getLogger("loopwatch")
+# Backoff between compare-and-set attempts after repeated conflicts (seconds).
+_BACKOFF_BASE: Final = 0.0005
+_BACKOFF_MAX: Final = 0.02
 
 # Schemes this store accepts, and the redis-py scheme each one maps to.
 _SCHEMES: Final = {
@@ -173,8 +181,9 @@ class RedisStore(Store):
     Options: ``ttl_seconds`` (idle runs expire; required, Redis keys always expire),
     ``prefix`` (namespace, e.g. per application), ``timeout`` (seconds to wait for Redis
     per update), ``connect_timeout`` (default: ``timeout``), ``retries`` (immediate
-    reconnects on a dropped connection), ``max_conflicts`` (concurrent writers of one
-    run tolerated per step), ``retry_interval`` (seconds to fail fast after a timeout),
+    reconnects on a dropped connection), ``max_conflicts`` (attempts after a
+    conflict before giving up; 0, the default: back off and retry until ``timeout``),
+    ``retry_interval`` (seconds to fail fast after a timeout),
     ``cache_size`` (runs whose last state this worker keeps decoded, default 1000: about
     40 KB each with the default detectors; a run not kept costs one more round trip).
     """
@@ -188,7 +197,7 @@ class RedisStore(Store):
         timeout: float = 0.5,
         connect_timeout: float | None = None,
         retries: int = 1,
-        max_conflicts: int = 32,
+        max_conflicts: int = 0,
         retry_interval: float = 1.0,
         cache_size: int = 1000,
     ) -> None:
@@ -248,6 +257,7 @@ class RedisStore(Store):
         # script calls sent, conflicts met.
         self.round_trips = 0
         self.conflicts = 0
+        self.replaced = 0  # unreadable stored states replaced by fresh ones
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisStore:
@@ -328,15 +338,6 @@ class RedisStore(Store):
             if len(cache) > self.cache_size:
                 cache.popitem(last=False)
 
-    def _decode(self, blob: bytes, run_id: str) -> State:
-        try:
-            return RunState.from_bytes(blob)
-        except StateError as exc:
-            raise StoreUnavailable(
-                f"Redis store {self.url}: the value at {self.key(run_id)!r} is not a "
-                f"loopwatch state ({exc}); reset the run or let the key expire"
-            ) from exc
-
     def _after_fork(self) -> None:
         """A forked worker gets fresh locks: one held by another thread at fork time
         would otherwise stay held forever in the child. (redis-py renews its own
@@ -376,16 +377,49 @@ class RedisStore(Store):
         return StoreUnavailable(
             f"Redis store {self.url}: gave up updating run {run_id!r} after {attempts} "
             f"attempt(s) in {spent:.3f}s; other workers kept updating it at the same time "
-            f"(raise max_conflicts={self.max_conflicts} or timeout={self.timeout} if "
-            "this is expected)"
+            f"(raise timeout={self.timeout} if this is expected)"
         )
 
     # -- the compare-and-set loop --------------------------------------------------------
-    def _after_conflict(self, run_id: str, reply: Any) -> _Cached | None:
-        """What the script returned on a conflict: the run's current (version, state)."""
+    def _after_conflict(
+        self, run_id: str, reply: Any, factory: Callable[[], State]
+    ) -> _Cached | None:
+        """What the script returned on a conflict: the run's current (version, state).
+
+        A stored value that is not a readable state (damaged, foreign, another
+        version) is replaced: the run starts afresh, flagged in the verdict and
+        logged once, instead of going unguarded until its key expires."""
         self.conflicts += 1
         version, blob = reply[0], reply[1]
-        return None if version == b"" else (bytes(version), self._decode(blob, run_id))
+        if version == b"":
+            return None
+        try:
+            state = RunState.from_bytes(blob)
+        except StateError as exc:
+            state = factory()
+            state.reset_reason = (
+                f"the stored state of run {run_id!r} at {self.key(run_id)!r} could not be "
+                f"read ({exc}); the run started afresh"
+            )
+            self.replaced += 1
+            if self.replaced == 1 or self.replaced % 1000 == 0:
+                _log.warning("loopwatch: Redis store %s: %s", self.url, state.reset_reason)
+        return (bytes(version), state)
+
+    def _backoff(self, conflicts: int) -> float:
+        """Seconds to wait before the next attempt after ``conflicts`` in a row: none
+        after the first (the conflict brought the current state), then growing with
+        jitter, so writers that keep colliding spread out over the timeout instead of
+        using up their attempts in a few milliseconds."""
+        if conflicts < 2:
+            return 0.0
+        wait: float = min(_BACKOFF_MAX, _BACKOFF_BASE * 2 ** min(conflicts - 2, 6))
+        return wait * (0.5 + random.random())
+
+    def _gave_up(self, conflicts: int, start: float, wait: float) -> bool:
+        spent = time.monotonic() - start
+        over = bool(self.max_conflicts) and conflicts > self.max_conflicts
+        return over or spent + wait >= self.timeout
 
     def apply(self, run_id: str, fn: Callable[[State], T], factory: Callable[[], State]) -> T:
         self._fail_fast()
@@ -399,7 +433,8 @@ class RedisStore(Store):
             self._fail_fast()  # the update we waited for may have found Redis stalled
             key = self.key(run_id)
             cached = self._take(run_id)
-            for attempt in range(1, self.max_conflicts + 2):
+            conflicts = 0
+            while True:
                 expected, state = (b"", factory()) if cached is None else cached
                 result = fn(state)
                 version, blob = os.urandom(8), state.to_bytes()
@@ -410,13 +445,15 @@ class RedisStore(Store):
                 if reply == 1:
                     self._remember(run_id, (version, state))
                     return result
-                cached = self._after_conflict(run_id, reply)
-                spent = time.monotonic() - start
-                if spent >= self.timeout:
-                    raise self._conflicted(run_id, attempt, spent)
+                conflicts += 1
+                cached = self._after_conflict(run_id, reply, factory)
+                wait = self._backoff(conflicts)
+                if self._gave_up(conflicts, start, wait):
+                    raise self._conflicted(run_id, conflicts, time.monotonic() - start)
+                if wait:
+                    time.sleep(wait)
         finally:
             lock.release()
-        raise self._conflicted(run_id, self.max_conflicts + 1, time.monotonic() - start)
 
     def _eval(self, key: str, expected: bytes, version: bytes, blob: bytes) -> Any:
         args = (key, expected, version, blob, self._ttl_ms)
@@ -443,13 +480,14 @@ class RedisStore(Store):
             self._fail_fast()
             key = self.key(run_id)
             cached = self._take(run_id)
-            for attempt in range(1, self.max_conflicts + 2):
+            conflicts = 0
+            while True:
                 expected, state = (b"", factory()) if cached is None else cached
                 result = fn(state)
                 version, blob = os.urandom(8), state.to_bytes()
                 left = self.timeout - (time.monotonic() - start)
                 if left <= 0:
-                    raise self._conflicted(run_id, attempt - 1, time.monotonic() - start)
+                    raise self._conflicted(run_id, conflicts, time.monotonic() - start)
                 try:
                     reply = await asyncio.wait_for(
                         self._aeval(client, key, expected, version, blob), left
@@ -459,10 +497,15 @@ class RedisStore(Store):
                 if reply == 1:
                     self._remember(run_id, (version, state))
                     return result
-                cached = self._after_conflict(run_id, reply)
+                conflicts += 1
+                cached = self._after_conflict(run_id, reply, factory)
+                wait = self._backoff(conflicts)
+                if self._gave_up(conflicts, start, wait):
+                    raise self._conflicted(run_id, conflicts, time.monotonic() - start)
+                if wait:
+                    await asyncio.sleep(wait)
         finally:
             lock.release()
-        raise self._conflicted(run_id, self.max_conflicts + 1, time.monotonic() - start)
 
     async def _aeval(
         self, client: redis_async.Redis, key: str, expected: bytes, version: bytes, blob: bytes
@@ -500,7 +543,10 @@ class RedisStore(Store):
         version, blob = reply
         if version is None or blob is None:
             return None
-        return self._decode(blob, run_id)
+        try:
+            return RunState.from_bytes(blob)
+        except StateError:
+            return None  # not a usable state: the next step replaces it
 
     def reset(self, run_id: str) -> None:
         self._fail_fast()
