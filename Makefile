@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/quality.py
 	$(BIN)/python benchmarks/bench_formats.py
 	$(BIN)/python benchmarks/bench_big_text.py
+	$(BIN)/python benchmarks/bench_soak.py
 	$(BIN)/python benchmarks/bench_report.py
 	bash scripts/services.d/redis.sh && $(BIN)/python benchmarks/bench_redis.py
 
