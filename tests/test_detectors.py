@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from runs import Events, model, run, tool
 
 from loopwatch import (
@@ -12,11 +13,13 @@ from loopwatch import (
     ErrorLoop,
     Frequency,
     IterationCap,
+    NameCycle,
     NoProgress,
     Recursion,
     RepeatedCall,
     Report,
     Stagnation,
+    default_detectors,
     scan,
 )
 
@@ -130,7 +133,7 @@ def test_name_level_cycle_fires_on_edit_test_rounds() -> None:
         events += tool("edit", {"patch": f"fix {i}"}, "ok")
         events += tool("run_tests", {"path": "t"}, f"{5 - i} failed")
     assert firsts(only(Cycle(), events)) == (None, None)
-    report = only(Cycle(level="name", warn_repeats=3, stop_repeats=None), events)
+    report = only(NameCycle(warn_repeats=3), events)
     assert report.first_warn is not None and report.first_stop is None
     assert report.findings[0].detector == "name_cycle"
 
@@ -279,3 +282,16 @@ def test_iteration_cap() -> None:
 def test_detectors_compose_with_or() -> None:
     combined = RepeatedCall() | Cycle(max_period=4)
     assert [d.name for d in combined] == ["repeated_call", "cycle"]
+
+
+def test_detectors_register_themselves_and_config_only_loads() -> None:
+    from loopwatch.config import DETECTORS
+    from loopwatch.detectors import RUN_ORDER, registered
+
+    assert list(registered()) == list(RUN_ORDER)
+    assert {name: cls.default_on for name, cls in registered().items()} == {
+        name: on for name, (_, on) in DETECTORS.items()
+    }
+    assert [type(d).name for d in Config().detectors()] == [d.name for d in default_detectors()]
+    with pytest.raises(ValueError, match="NameCycle"):
+        Cycle(level="name")

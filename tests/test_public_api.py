@@ -14,7 +14,7 @@ PUBLIC = {
     # composing detectors
     "Detector", "DetectorSet", "default_detectors", "Embedder",
     "Chanting", "CostBudget", "Cycle", "ErrorLoop", "Frequency", "Futility",
-    "IterationCap", "NoProgress", "PingPong", "Recursion", "RepeatedCall", "Semantic",
+    "IterationCap", "NameCycle", "NoProgress", "PingPong", "Recursion", "RepeatedCall", "Semantic",
     "SpendVelocity", "Stagnation", "TimeBudget", "TokenBudget",
     # events, traces and stores
     "Event", "InputError", "TraceRun", "read_runs", "MemoryStore", "Store",

@@ -29,26 +29,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qs, urlparse
 
-from .detectors import (
-    Chanting,
-    CostBudget,
-    Cycle,
-    Detector,
-    DetectorSet,
-    ErrorLoop,
-    Frequency,
-    Futility,
-    IterationCap,
-    NoProgress,
-    PingPong,
-    Recursion,
-    RepeatedCall,
-    Semantic,
-    SpendVelocity,
-    Stagnation,
-    TimeBudget,
-    TokenBudget,
-)
+from .detectors import Detector, DetectorSet, registered
 from .embeddings import semantic_unavailable_reason
 from .policy import ON_LOOP_CHOICES
 
@@ -64,31 +45,10 @@ class ConfigError(ValueError):
     """A configuration value or key is wrong; the message says which and what is valid."""
 
 
-def _name_cycle(**kw: Any) -> Cycle:
-    kw.setdefault("warn_repeats", 5)
-    kw.setdefault("stop_repeats", None)
-    return Cycle(level="name", **kw)
-
-
-# name -> (factory, enabled by default)
-DETECTORS: Final[dict[str, tuple[Any, bool]]] = {
-    "repeated_call": (RepeatedCall, True),
-    "cycle": (Cycle, True),
-    "error_loop": (ErrorLoop, True),
-    "no_progress": (NoProgress, True),
-    "stagnation": (Stagnation, True),
-    "chanting": (Chanting, True),
-    "recursion": (Recursion, True),
-    "iteration_cap": (IterationCap, True),
-    "spend_velocity": (SpendVelocity, True),
-    "ping_pong": (PingPong, True),
-    "futility": (Futility, True),
-    "frequency": (Frequency, False),
-    "name_cycle": (_name_cycle, False),
-    "semantic": (Semantic, False),
-    "token_budget": (TokenBudget, False),
-    "cost_budget": (CostBudget, False),
-    "time_budget": (TimeBudget, False),
+# name -> (detector class, enabled by default): every registered detector, in run
+# order. The detectors declare both themselves; this module only loads and checks.
+DETECTORS: Final[dict[str, tuple[type[Detector], bool]]] = {
+    name: (cls, cls.default_on) for name, cls in registered().items()
 }
 _TOP_KEYS: Final = frozenset(
     {"on_loop", "max_iterations", "store", "max_runs", "ttl_seconds", "on_store_error",
@@ -98,8 +58,7 @@ _NEVER: Final = 0  # in TOML, 0 stands for "never" where a threshold may be None
 
 
 def _params(factory: Any) -> list[str]:
-    target = Cycle if factory is _name_cycle else factory
-    return [p for p in inspect.signature(target.__init__).parameters if p not in ("self", "level")]
+    return [p for p in inspect.signature(factory.__init__).parameters if p not in ("self", "level")]
 
 
 @dataclass
@@ -272,18 +231,15 @@ class Config:
         }
         for name, (factory, default_on) in DETECTORS.items():
             defaults = _defaults(factory)
-            if factory is _name_cycle:
-                defaults.update(warn_repeats=5, stop_repeats=None)
             section = {"enabled": default_on, **defaults, **self.sections.get(name, {})}
             out[name] = section
         return out
 
 
 def _defaults(factory: Any) -> dict[str, Any]:
-    target = Cycle if factory is _name_cycle else factory
     return {
         p.name: p.default
-        for p in inspect.signature(target.__init__).parameters.values()
+        for p in inspect.signature(factory.__init__).parameters.values()
         if p.name not in ("self", "level")
     }
 
@@ -469,8 +425,6 @@ def _check_section(name: str, section: Mapping[str, Any], where: str) -> None:
     """Ranges of one detector section, with the detector's defaults filled in."""
     factory = DETECTORS[name][0]
     values = {**_defaults(factory), **section}
-    if factory is _name_cycle:
-        values.update({"warn_repeats": 5, "stop_repeats": None, **section})
     enabled = values.pop("enabled", DETECTORS[name][1])
     at = f"[{name}] {{}}{where}"
     for key, value in values.items():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from .base import Context, Detector, DetectorSet
 from .budget import IterationCap
 from .chanting import Chanting
-from .cycle import Cycle
+from .cycle import Cycle, NameCycle
 from .errors import ErrorLoop
 from .frequency import Frequency
 from .futility import Futility
@@ -18,6 +20,7 @@ from .spend import CostBudget, SpendVelocity, TimeBudget, TokenBudget
 from .stagnation import Stagnation
 
 __all__ = [
+    "RUN_ORDER",
     "Chanting",
     "Context",
     "CostBudget",
@@ -29,6 +32,7 @@ __all__ = [
     "Frequency",
     "Futility",
     "IterationCap",
+    "NameCycle",
     "NoProgress",
     "PingPong",
     "Recursion",
@@ -40,15 +44,29 @@ __all__ = [
     "TimeBudget",
     "TokenBudget",
     "default_detectors",
+    "registered",
 ]
 
 
+# The order detectors run in, and so the order of their findings in a step: the
+# call-level evidence first, the run-level evidence last. A detector registers
+# itself by naming itself (Detector.__init_subclass__); one missing here runs after
+# these, in the order it was defined.
+RUN_ORDER: Final = (
+    "repeated_call", "cycle", "error_loop", "no_progress", "stagnation", "chanting",
+    "recursion", "iteration_cap", "spend_velocity", "ping_pong", "futility",
+    "frequency", "name_cycle", "semantic", "token_budget", "cost_budget", "time_budget",
+)  # fmt: skip
+
+
+def registered() -> dict[str, type[Detector]]:
+    """Every detector class by name, in run order."""
+    known = Detector.registry
+    names = [n for n in RUN_ORDER if n in known] + [n for n in known if n not in RUN_ORDER]
+    return {name: known[name] for name in names}
+
+
 def default_detectors() -> DetectorSet:
-    """The default set: every detector with its measured default thresholds.
-
-    Frequency, the name-level cycle, the semantic layer and the hard budgets are
-    left out (see their docstrings); this is what ``Config().detectors()`` builds.
-    """
-    from ..config import Config
-
-    return Config().detectors()
+    """The default set: every detector that is on by default, with its measured
+    default thresholds (what ``Config().detectors()`` builds)."""
+    return DetectorSet(tuple(cls() for cls in registered().values() if cls.default_on))

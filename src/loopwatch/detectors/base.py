@@ -98,6 +98,20 @@ class Detector:
 
     name: ClassVar[str] = "detector"
     kinds: ClassVar[frozenset[str]] = frozenset()
+    # Whether the default configuration enables it (every default's reason is in
+    # its docstring).
+    default_on: ClassVar[bool] = True
+    # Every concrete detector, by name, in the order their modules are imported
+    # (detectors/__init__.py): the default set's order, and the config's sections.
+    registry: ClassVar[dict[str, type[Detector]]] = {}
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:  # a concrete detector names itself
+            other = Detector.registry.get(cls.name)
+            if other is not None and other.__qualname__ != cls.__qualname__:
+                raise TypeError(f"two detectors are named {cls.name!r}")
+            Detector.registry[cls.name] = cls
 
     def observe(self, ctx: Context) -> Finding | None:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -17,10 +17,10 @@ class Cycle(Detector):
     loop whose queries or pages change, or an edit/test cycle whose test results
     move, is not a cycle. A call whose result is not yet known matches on its key.
 
-    ``level="name"`` compares tool names only (deer-flow's tool-name cycle layer).
+    :class:`NameCycle` compares tool names only (deer-flow's tool-name cycle layer).
     It fires on legitimate research and edit/test cycles, so it is not in the
-    default set; add ``Cycle(level="name", warn_repeats=5, stop_repeats=None)`` if
-    you want it as a soft signal.
+    default set; add ``NameCycle()`` (``[name_cycle] enabled = true``) if you want
+    it as a soft signal.
 
     A cycle of period 1 is the same call repeated: :class:`RepeatedCall` reports it.
 
@@ -41,14 +41,14 @@ class Cycle(Detector):
     ) -> None:
         if level not in ("call", "name"):
             raise ValueError(f"Cycle level must be 'call' or 'name', not {level!r}")
+        if level == "name" and type(self) is Cycle:
+            raise ValueError("use NameCycle() for the name-level cycle")
         if max_period < 2:
             raise ValueError("Cycle max_period must be at least 2")
         self.max_period = max_period
         self.warn_repeats = warn_repeats
         self.stop_repeats = stop_repeats
         self.level = level
-        if level == "name":
-            self.name = "name_cycle"  # type: ignore[misc]
 
     def observe(self, ctx: Context) -> Finding | None:
         if ctx.call is not None and ctx.call.novel and self.level == "call":
@@ -107,3 +107,18 @@ def _match_run(calls: list[CallRecord], keys: list[str], period: int, by_name: b
                 break
         run += 1
     return run
+
+
+class NameCycle(Cycle):
+    """A sequence of 2..``max_period`` tool *names* repeating, whatever the arguments
+    and results (deer-flow's tool-name cycles). A soft signal, off by default: it
+    fires on research and edit/test cycles that make progress, so it only warns
+    (at 5 rounds) unless ``stop_repeats`` is set."""
+
+    name = "name_cycle"
+    default_on = False
+
+    def __init__(
+        self, max_period: int = 6, warn_repeats: int = 5, stop_repeats: int | None = None
+    ) -> None:
+        super().__init__(max_period, warn_repeats, stop_repeats, level="name")

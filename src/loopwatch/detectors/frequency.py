@@ -25,6 +25,7 @@ class Frequency(Detector):
     """
 
     name = "frequency"
+    default_on = False
     kinds = frozenset({TOOL_CALL})
 
     def __init__(

@@ -146,6 +146,7 @@ class Semantic(Detector):
     """
 
     name = "semantic"
+    default_on = False
     kinds = frozenset({MODEL, TOOL_CALL, TOOL_RESULT, USER})
 
     def __init__(

@@ -255,6 +255,7 @@ class TokenBudget(_Cap):
     """
 
     name = "token_budget"
+    default_on = False
     kinds = KINDS
 
     def __init__(self, max_tokens: float | None = None, warn_ratio: float = 0.8) -> None:
@@ -278,6 +279,7 @@ class CostBudget(_Cap):
     default, for the same reason as :class:`TokenBudget`."""
 
     name = "cost_budget"
+    default_on = False
     kinds = KINDS
 
     def __init__(self, max_cost: float | None = None, warn_ratio: float = 0.8) -> None:
@@ -329,6 +331,7 @@ class TimeBudget(_Cap):
     """
 
     name = "time_budget"
+    default_on = False
     kinds = KINDS
 
     def __init__(
