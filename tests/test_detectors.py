@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from runs import Events, model, run, tool
 
@@ -295,3 +297,22 @@ def test_detectors_register_themselves_and_config_only_loads() -> None:
     assert [type(d).name for d in Config().detectors()] == [d.name for d in default_detectors()]
     with pytest.raises(ValueError, match="NameCycle"):
         Cycle(level="name")
+
+
+def test_a_users_own_detector_is_never_added_to_the_defaults() -> None:
+    from loopwatch.detectors import registered
+
+    class Mine(Detector):
+        name = "mine"
+        kinds = frozenset({"model"})
+
+        def observe(self, ctx: Any) -> None:
+            return None
+
+    assert "mine" not in registered()
+    assert "mine" not in {d.name for d in default_detectors()}
+    assert "mine" in {d.name for d in scan_detectors(Mine())}
+
+
+def scan_detectors(extra: Detector) -> list[Detector]:
+    return [*default_detectors(), extra]

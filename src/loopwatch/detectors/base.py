@@ -101,13 +101,15 @@ class Detector:
     # Whether the default configuration enables it (every default's reason is in
     # its docstring).
     default_on: ClassVar[bool] = True
-    # Every concrete detector, by name, in the order their modules are imported
-    # (detectors/__init__.py): the default set's order, and the config's sections.
+    # Every concrete detector of loopwatch's, by name (run order: detectors.RUN_ORDER):
+    # the default set and the config's sections are built from it.
     registry: ClassVar[dict[str, type[Detector]]] = {}
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        if "name" in cls.__dict__:  # a concrete detector names itself
+        # A concrete detector of loopwatch's own names itself. A user's detector is
+        # composed explicitly (Guard(detectors=...)), never added to the defaults.
+        if "name" in cls.__dict__ and cls.__module__.startswith("loopwatch."):
             other = Detector.registry.get(cls.name)
             if other is not None and other.__qualname__ != cls.__qualname__:
                 raise TypeError(f"two detectors are named {cls.name!r}")
