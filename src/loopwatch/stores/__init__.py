@@ -12,7 +12,8 @@ __all__ = ["MemoryStore", "State", "Store", "store_from_url"]
 
 
 def store_from_url(url: str, **options: Any) -> Store:
-    """Build a store from a URL: ``memory://`` (default) or ``redis://host:port/db``.
+    """Build a store from a URL: ``memory://`` (default), ``redis://host:port/db`` or
+    ``sqlite:///path/state.db`` (``sqlite://`` alone: the user's state directory).
 
     Query parameters and keyword options are passed to the store
     (``memory://?max_runs=1000&ttl_seconds=600``).
@@ -37,4 +38,8 @@ def store_from_url(url: str, **options: Any) -> Store:
             ) from exc
         store: Store = RedisStore.from_url(url, **options)
         return store
+    if scheme == "sqlite":
+        from .sqlite import SqliteStore
+
+        return SqliteStore.from_url(url, **options)
     raise ValueError(f"unknown store URL {url!r}: use memory:// or redis://host:port/db")
