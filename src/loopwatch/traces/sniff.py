@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from . import langfuse, langsmith, openai_agents, otlp
+from . import claude_code, langfuse, langsmith, openai_agents, otlp
 from ._common import Item, Reader
 from .base import InputError, TraceRun, open_text
 from .jsonl import parse_run
@@ -74,6 +74,7 @@ _FORMATS: dict[str, tuple[Callable[[Any], bool], Callable[[str], Reader]]] = {
     "openai_agents": (openai_agents.looks_like, openai_agents.OpenAIAgentsReader),
     "langsmith": (langsmith.looks_like, langsmith.LangSmithReader),
     "langfuse": (langfuse.looks_like, langfuse.LangfuseReader),
+    "claude_code": (claude_code.looks_like, claude_code.ClaudeCodeReader),
 }
 FORMATS = (*_FORMATS, "deepeval")
 
