@@ -6,4 +6,4 @@ import sys
 
 from ._dispatch import main
 
-sys.exit(main())
+sys.exit(main(exit_now=True))

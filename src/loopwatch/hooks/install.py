@@ -8,10 +8,10 @@ every other setting and hook as it is, and prints what changed:
 * Codex: ``.codex/hooks.json`` or ``$CODEX_HOME/hooks.json`` (``~/.codex``).
 
 Idempotent: installing twice changes nothing the second time; an entry is
-recognised as loopwatch's by its command (``... loopwatch.hooks <agent>`` or
-``loopwatch hook <agent>``). The command runs this Python
-(``python -m loopwatch.hooks AGENT``): no PATH lookup, and no import of the
-command-line interface on every tool call.
+recognised as loopwatch's by its command (``.../loopwatch/hooks/_entry.py <agent>``,
+``-m loopwatch.hooks <agent>`` or ``loopwatch hook <agent>``). The command runs
+this Python on the hook entry script: no PATH lookup, and only the guard's modules
+imported on every tool call.
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ _TIMEOUT = {"claude-code": 30, "codex": 30, "gemini-cli": 30_000}
 
 
 def hook_command(agent: str) -> str:
-    """The command line the agent runs for each hook event."""
-    return f"{shlex.quote(sys.executable)} -m loopwatch.hooks {agent}"
+    """The command line the agent runs for each hook event: this Python running the
+    hook entry script (see :mod:`._entry`: faster than ``-m loopwatch.hooks``)."""
+    entry = Path(__file__).resolve().with_name("_entry.py")
+    return f"{shlex.quote(sys.executable)} {shlex.quote(str(entry))} {agent}"
 
 
 def settings_path(agent: str, scope: str = "project", root: Path | None = None) -> Path:
@@ -64,8 +66,11 @@ def settings_path(agent: str, scope: str = "project", root: Path | None = None) 
 def _is_ours(handler: Any, agent: str) -> bool:
     if not isinstance(handler, dict):
         return False
-    command = str(handler.get("command") or "")
-    return f"loopwatch.hooks {agent}" in command or f"loopwatch hook {agent}" in command
+    command = str(handler.get("command") or "").replace("\\", "/")
+    return any(
+        f"{marker} {agent}" in command
+        for marker in ("loopwatch.hooks", "loopwatch/hooks/_entry.py", "loopwatch hook")
+    )
 
 
 def _load(path: Path) -> dict[str, Any]:

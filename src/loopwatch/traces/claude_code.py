@@ -134,12 +134,12 @@ def session_events(
                     model["tokens"] = tokens
                 events.append(model)
                 pending_model = model
-            if any(b.get("type") in ("text", "thinking") for b in _blocks(rec)):
-                pending_model = None
             elif texts:
                 last = _last_model(events)
                 if last is not None:
                     last["text"] = "\n".join(t for t in (last["text"], *texts) if t)
+            if any(b.get("type") in ("text", "thinking") for b in _blocks(rec)):
+                pending_model = None
             for block in _blocks(rec):
                 if block.get("type") != "tool_use":
                     continue
