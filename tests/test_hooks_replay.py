@@ -9,10 +9,7 @@ reader. Each is answered by the hook's dispatch with a fresh SQLite state file (
 connection per call, as in one process per call); a few go through real processes.
 
 Agreement means the same verdict (ok / warn / stop) at the same tool event (kind and
-tool_use_id) for the first warning and for the first block. Where the scan's first
-finding rests on the model's own text (which no hook payload carries), the hook
-cannot see it; those sessions are listed in TEXT_ONLY and must still agree on
-everything the hook can see.
+tool_use_id) for the first warning and for the first block.
 """
 
 from __future__ import annotations
@@ -44,17 +41,24 @@ Point = tuple[str, str] | None  # (event kind, tool_use_id) of the hook call
 def payloads(path: Path) -> Iterator[dict[str, Any]]:
     """The hook payloads Claude Code would have sent during this session."""
     records = [json.loads(line) for line in path.open() if line.strip()]
-    answered: set[str] = set()
-    last_use: dict[str, int] = {}
-    last_result = -1
+    steps = []  # (line, "use" | "result", id) in file order
     for i, rec in enumerate(records):
         content = rec.get("message", {}).get("content")
         for block in content if isinstance(content, list) else []:
-            if block.get("type") == "tool_result":
-                answered.add(block["tool_use_id"])
-                last_result = i
-            elif block.get("type") == "tool_use":
-                last_use[block["id"]] = i
+            if block.get("type") == "tool_use":
+                steps.append((i, "use", block["id"]))
+            elif block.get("type") == "tool_result":
+                steps.append((i, "result", block["tool_use_id"]))
+
+    def was_run(line: int, call_id: str) -> bool:
+        """Claude Code ran the call (and fired PreToolUse) if its result comes before
+        the id is used again; or, with no result, if nothing was answered after it."""
+        after = [s for s in steps if s[0] > line or (s[0] == line and s[1] == "result")]
+        for _, kind, other in after:
+            if other == call_id:
+                return kind == "result"
+        return not any(kind == "result" for _, kind, _ in after)
+
     calls: dict[str, dict[str, Any]] = {}
     for i, rec in enumerate(records):
         session = rec.get("session_id")
@@ -63,8 +67,7 @@ def payloads(path: Path) -> Iterator[dict[str, Any]]:
             for block in content:
                 if block.get("type") != "tool_use":
                     continue
-                ran = last_use[block["id"]] == i and (block["id"] in answered or i > last_result)
-                if ran:
+                if was_run(i, block["id"]):
                     calls[block["id"]] = block
                     yield {
                         "session_id": session,
@@ -145,11 +148,6 @@ def scan_verdict(path: Path) -> tuple[str, Point, Point]:
     return report.verdict, at(report.first_warn), at(report.first_stop)
 
 
-# Sessions whose first scan finding is about the model's text (stagnation: outputs
-# that repeat or say nothing), which a hook payload does not carry.
-TEXT_ONLY = {"mteb-leaderboard__HXSehEN.jsonl", "query-optimize__xcBWV57.jsonl"}
-
-
 def replay_in_process(path: Path) -> list[tuple[dict[str, Any], str]]:
     return [(p, answer_action(handle("claude-code", p))) for p in payloads(path)]
 
@@ -163,19 +161,14 @@ def fresh_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
 def test_replay_through_hook_matches_scan(path: Path) -> None:
-    hook = hook_verdict(replay_in_process(path))
-    scan = scan_verdict(path)
-    if path.name in TEXT_ONLY:
-        assert hook != scan, "now agrees: remove it from TEXT_ONLY"
-        return
-    assert hook == scan
+    assert hook_verdict(replay_in_process(path)) == scan_verdict(path)
 
 
 def test_agreement_count(capsys: pytest.CaptureFixture[str]) -> None:
     agree = sum(hook_verdict(replay_in_process(p)) == scan_verdict(p) for p in FILES)
     with capsys.disabled():
         print(f"\nhook replay agrees with scan on {agree}/{len(FILES)} Claude Code sessions")
-    assert agree == len(FILES) - len(TEXT_ONLY)
+    assert agree == len(FILES)
 
 
 SUBPROCESS_SAMPLE = [

@@ -12,9 +12,10 @@ One run per session id. The mapping:
   stdout and stderr), else the block's content, and ``error`` = ``is_error``;
 * a user's typed prompt becomes a ``user`` event (a sub-agent's prompt, meta
   messages and tool results do not);
-* a ``tool_use`` that never got a result and was followed by other calls was not
-  run (Claude Code answers every call it runs before the next model request), so
-  it is dropped, as is an earlier ``tool_use`` whose id a later one reuses;
+* a ``tool_use`` that never got a result before its id was used again, or before
+  later calls were answered, was not run (Claude Code answers every call it runs
+  before the next model request): it is dropped (:func:`calls_run`), and so is
+  the whole message when none of its calls ran (a recording proxy's duplicate);
   ``meta.dropped_calls`` counts them.
 
 Hook payloads become events through the same functions
@@ -31,7 +32,7 @@ from ..hooks._events import tool_call, tool_result, user_prompt
 from ._common import Item, Reader, number
 from .base import InputError, TraceRun
 
-__all__ = ["ClaudeCodeReader", "looks_like", "session_events"]
+__all__ = ["ClaudeCodeReader", "calls_run", "looks_like", "session_events"]
 
 _TYPES = frozenset({"system", "assistant", "user", "result"})
 
@@ -84,22 +85,22 @@ def session_events(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One session's lines (in file order) as FORMAT.md events, and its meta."""
     meta: dict[str, Any] = {"format": "claude_code"}
-    answered: set[str] = set()
-    last_use: dict[str, int] = {}  # tool_use id -> index of the line holding its last use
-    last_result_line = -1
+    ran = calls_run(records)
+    # A message none of whose calls ran was never part of the conversation (a
+    # recording proxy's duplicate): its text goes too.
+    used: dict[Any, bool] = {}
     for i, rec in enumerate(records):
-        for block in _blocks(rec):
-            if block.get("type") == "tool_result" and block.get("tool_use_id") is not None:
-                answered.add(str(block["tool_use_id"]))
-                last_result_line = i
-            elif block.get("type") == "tool_use" and block.get("id") is not None:
-                last_use[str(block["id"])] = i
+        if rec.get("type") == "assistant":
+            msg_id = (rec.get("message") or {}).get("id")
+            for block in _blocks(rec):
+                if block.get("type") == "tool_use" and msg_id is not None:
+                    used[msg_id] = used.get(msg_id, False) or (i, str(block.get("id"))) in ran
+    phantom = {m for m, any_ran in used.items() if not any_ran}
 
     events: list[dict[str, Any]] = []
     names: dict[str, str] = {}
     dropped = 0
     current_message: Any = None
-    pending_model: dict[str, Any] | None = None  # a model event with nothing kept yet
     for i, rec in enumerate(records):
         kind = rec.get("type")
         if kind == "system" and rec.get("subtype") == "init":
@@ -118,6 +119,9 @@ def session_events(
             continue
         if kind == "assistant":
             msg_id = message.get("id")
+            if msg_id in phantom:
+                dropped += sum(1 for b in _blocks(rec) if b.get("type") == "tool_use")
+                continue
             new_turn = msg_id is None or msg_id != current_message
             current_message = msg_id
             texts = [
@@ -127,30 +131,22 @@ def session_events(
             ]
             tokens = number((message.get("usage") or {}).get("output_tokens"))
             if new_turn:
-                if pending_model is not None and events and events[-1] is pending_model:
-                    events.pop()  # a message whose every call was dropped: never sent
                 model: dict[str, Any] = {"kind": "model", "text": "\n".join(texts)}
                 if tokens:
                     model["tokens"] = tokens
                 events.append(model)
-                pending_model = model
             elif texts:
                 last = _last_model(events)
                 if last is not None:
                     last["text"] = "\n".join(t for t in (last["text"], *texts) if t)
-            if any(b.get("type") in ("text", "thinking") for b in _blocks(rec)):
-                pending_model = None
             for block in _blocks(rec):
                 if block.get("type") != "tool_use":
                     continue
                 call_id = block.get("id")
                 key = str(call_id)
-                superseded = call_id is not None and last_use.get(key, i) > i
-                unanswered = key not in answered and i < last_result_line
-                if superseded or unanswered:
+                if (i, key) not in ran:
                     dropped += 1
                     continue
-                pending_model = None
                 names[key] = str(block.get("name") or "")
                 events.append(tool_call(block.get("name"), block.get("input"), call_id))
         elif kind == "user":
@@ -179,6 +175,39 @@ def session_events(
     if dropped:
         meta["dropped_calls"] = dropped
     return events, meta
+
+
+def calls_run(records: Sequence[Mapping[str, Any]]) -> set[tuple[int, str]]:
+    """The ``(line index, tool_use id)`` of every call the agent actually ran.
+
+    A call ran if a result with its id comes before the next call reusing the id
+    (ids repeat: a sub-agent numbers its calls afresh, and a recording proxy may
+    send a message twice). One with no result is kept only when nothing was
+    answered after it (the session ended while it ran).
+    """
+    uses: list[tuple[int, str]] = []
+    results: dict[str, list[int]] = {}
+    last_result = -1
+    for i, rec in enumerate(records):
+        for block in _blocks(rec):
+            btype = block.get("type")
+            if btype == "tool_use" and block.get("id") is not None:
+                uses.append((i, str(block["id"])))
+            elif btype == "tool_result" and block.get("tool_use_id") is not None:
+                results.setdefault(str(block["tool_use_id"]), []).append(i)
+                last_result = i
+    next_use: dict[tuple[int, str], int] = {}
+    later: dict[str, int] = {}
+    for i, key in reversed(uses):
+        next_use[(i, key)] = later.get(key, len(records))
+        later[key] = i
+    ran: set[tuple[int, str]] = set()
+    for i, key in uses:
+        end = next_use[(i, key)]
+        answered = any(i <= r < end for r in results.get(key, ()))
+        if answered or (end == len(records) and i > last_result):
+            ran.add((i, key))
+    return ran
 
 
 def _blocks(rec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
