@@ -1,0 +1,214 @@
+"""End to end with the real coding CLIs from npm, offline: each runs non-interactively
+against a scripted fake model server on 127.0.0.1, with loopwatch installed as its hook
+by ``loopwatch install``. A session that keeps running the same failing command is
+denied and then ends; a healthy session is untouched.
+
+The CLIs come from scripts/services.d/coding-clis.sh (``make test`` runs it); a test
+is skipped when its CLI is not on PATH. How to run each one offline (endpoints, flags,
+the settings that silently skip hooks) is in ../shared/notes/coding-cli-hooks.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loopwatch.hooks.install import install, settings_path
+
+FAILING = "ls /no/such/dir/loopwatch-e2e"
+HEALTHY = ["echo one", "echo two", "echo three"]
+
+
+class FakeServer:
+    """A model API on 127.0.0.1 whose replies come from ``script(request) -> reply``."""
+
+    def __init__(self, handler: Callable[[BaseHTTPRequestHandler, bytes], None]) -> None:
+        self.requests: list[dict[str, Any]] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
+                self.send_response(200)
+                self.end_headers()
+
+            def do_GET(self) -> None:  # noqa: N802
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                handler(self, body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.owner = owner
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# -- Claude Code: the Messages API, streamed -------------------------------------------
+def _sse(handler: BaseHTTPRequestHandler, events: list[dict[str, Any]]) -> None:
+    handler.send_response(200)
+    handler.send_header("content-type", "text/event-stream")
+    handler.send_header("cache-control", "no-cache")
+    handler.end_headers()
+    for ev in events:
+        handler.wfile.write(f"event: {ev['type']}\ndata: {json.dumps(ev)}\n\n".encode())
+    handler.wfile.flush()
+
+
+def _message(n: int, blocks: list[dict[str, Any]], stop: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {
+            "id": f"msg_{n:04d}", "type": "message", "role": "assistant",
+            "model": "claude-sonnet-4-5", "content": [], "stop_reason": None,
+            "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}},
+    ]  # fmt: skip
+    for i, block in enumerate(blocks):
+        if block["type"] == "text":
+            out.append({"type": "content_block_start", "index": i,
+                        "content_block": {"type": "text", "text": ""}})  # fmt: skip
+            out.append({"type": "content_block_delta", "index": i,
+                        "delta": {"type": "text_delta", "text": block["text"]}})  # fmt: skip
+        else:
+            out.append({"type": "content_block_start", "index": i, "content_block": {
+                "type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}})  # fmt: skip
+            out.append({"type": "content_block_delta", "index": i, "delta": {
+                "type": "input_json_delta", "partial_json": json.dumps(block["input"])}})  # fmt: skip
+        out.append({"type": "content_block_stop", "index": i})
+    out.append({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": 5}})  # fmt: skip
+    out.append({"type": "message_stop"})
+    return out
+
+
+def _tool_results(request: dict[str, Any]) -> list[str]:
+    """The text of every tool result in the conversation so far."""
+    texts = []
+    for message in request.get("messages", []):
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                inner = block.get("content")
+                if isinstance(inner, list):
+                    inner = " ".join(str(p.get("text", "")) for p in inner if isinstance(p, dict))
+                texts.append(str(inner))
+    return texts
+
+
+def claude_script(commands: Iterator[str] | None) -> Callable[..., None]:
+    """Reply with a Bash call per request (the failing one forever, or the given ones),
+    and end the turn once a result says loopwatch blocked the call, or commands run out."""
+    counter = iter(range(10_000))
+    seen: list[dict[str, Any]] = []
+
+    def handle(handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        request = json.loads(body or b"{}")
+        seen.append(request)
+        n = next(counter)
+        if not request.get("tools"):  # a side request (title, topic): a short answer
+            _sse(handler, _message(n, [{"type": "text", "text": "ok"}], "end_turn"))
+            return
+        results = _tool_results(request)
+        blocked = any("[loopwatch]" in r for r in results)
+        command = FAILING if commands is None else next(commands, None)
+        if blocked or command is None or len(results) > 20:
+            _sse(handler, _message(n, [{"type": "text", "text": "Stopping here."}], "end_turn"))
+            return
+        call = {"type": "tool_use", "id": f"toolu_{n:04d}", "name": "Bash",
+                "input": {"command": command, "description": "run it"}}  # fmt: skip
+        _sse(handler, _message(n, [call], "tool_use"))
+
+    handle.seen = seen  # type: ignore[attr-defined]
+    return handle
+
+
+def _claude_env(home: Path, port: int, state: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC", "CLAUDE"))}
+    env.update(
+        HOME=str(home),
+        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}",
+        ANTHROPIC_API_KEY="sk-fake",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_AUTOUPDATER="1",
+        IS_SANDBOX="1",
+        LOOPWATCH_STATE=str(state),
+    )
+    env.pop("PYTHONPATH", None)  # the installed command finds loopwatch by itself
+    return env
+
+
+def run_claude(project: Path, home: Path, script: Callable[..., None], state: Path) -> Any:
+    install("claude-code", settings_path("claude-code", "project", project))
+    with FakeServer(script) as server:
+        proc = subprocess.run(
+            ["claude", "-p", "Run the tests and fix what fails.", "--output-format",
+             "stream-json", "--verbose", "--permission-mode", "bypassPermissions"],
+            cwd=project, env=_claude_env(home, server.port, state), capture_output=True,
+            timeout=180,
+        )  # fmt: skip
+    lines = [json.loads(x) for x in proc.stdout.decode().splitlines() if x.startswith("{")]
+    return proc, lines
+
+
+needs_claude = pytest.mark.skipif(shutil.which("claude") is None, reason="claude not on PATH")
+
+
+@needs_claude
+def test_claude_code_looping_session_is_denied_then_ends(tmp_path: Path) -> None:
+    project, home, state = tmp_path / "proj", tmp_path / "home", tmp_path / "state.db"
+    project.mkdir()
+    home.mkdir()
+    script = claude_script(None)
+    proc, lines = run_claude(project, home, script, state)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    result = [x for x in lines if x.get("type") == "result"]
+    assert result, proc.stdout.decode()[-2000:]
+    seen: list[dict[str, Any]] = script.seen  # type: ignore[attr-defined]
+    blocked = [r for req in seen for r in _tool_results(req) if "[loopwatch]" in r]
+    assert blocked, "no tool result carried loopwatch's reason"
+    assert "same arguments" in blocked[0] or "same error" in blocked[0] or "nothing" in blocked[0]
+    runs = [x for x in lines if x.get("type") == "user"]
+    assert len(runs) <= 10  # stopped within a few repeats, not at the script's cap of 20
+    assert result[-1].get("permission_denials"), result[-1]
+    assert not (state.parent / "hook.log").exists()
+
+
+@needs_claude
+def test_claude_code_healthy_session_is_untouched(tmp_path: Path) -> None:
+    project, home, state = tmp_path / "proj", tmp_path / "home", tmp_path / "state.db"
+    project.mkdir()
+    home.mkdir()
+    script = claude_script(iter(HEALTHY))
+    proc, lines = run_claude(project, home, script, state)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    seen: list[dict[str, Any]] = script.seen  # type: ignore[attr-defined]
+    results = _tool_results(seen[-1])
+    assert [r.strip() for r in results] == ["one", "two", "three"]
+    assert not any("[loopwatch]" in r for req in seen for r in _tool_results(req))
+    from loopwatch.stores.sqlite import SqliteStore
+
+    session = next(x["session_id"] for x in lines if x.get("type") == "system")
+    stored = SqliteStore(state).get(session)
+    assert stored is not None and stored["ncalls"] == 3  # the hooks saw every call
