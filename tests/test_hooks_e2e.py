@@ -39,17 +39,17 @@ class FakeServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
+            def do_HEAD(self) -> None:
                 self.send_response(200)
                 self.end_headers()
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.end_headers()
                 self.wfile.write(b"{}")
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 handler(self, body)
 
@@ -92,10 +92,10 @@ def _message(n: int, blocks: list[dict[str, Any]], stop: str) -> list[dict[str, 
             out.append({"type": "content_block_delta", "index": i,
                         "delta": {"type": "text_delta", "text": block["text"]}})  # fmt: skip
         else:
-            out.append({"type": "content_block_start", "index": i, "content_block": {
-                "type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}})  # fmt: skip
-            out.append({"type": "content_block_delta", "index": i, "delta": {
-                "type": "input_json_delta", "partial_json": json.dumps(block["input"])}})  # fmt: skip
+            start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+            out.append({"type": "content_block_start", "index": i, "content_block": start})
+            out.append({"type": "content_block_delta", "index": i, "delta": delta})
         out.append({"type": "content_block_stop", "index": i})
     out.append({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
                 "usage": {"output_tokens": 5}})  # fmt: skip
@@ -172,6 +172,15 @@ def run_claude(project: Path, home: Path, script: Callable[..., None], state: Pa
     return proc, lines
 
 
+def scan_transcripts(home: Path) -> list[str]:
+    """Verdicts of ``loopwatch scan`` over the sessions Claude Code wrote under HOME."""
+    from loopwatch import Config, Scanner, TraceRun, read_runs
+
+    paths = sorted(str(p) for p in (home / ".claude" / "projects").glob("*/*.jsonl"))
+    runs = [r for r in read_runs(paths) if isinstance(r, TraceRun)]
+    return [Scanner(Config()).scan(r.to_dict()).verdict for r in runs]
+
+
 needs_claude = pytest.mark.skipif(shutil.which("claude") is None, reason="claude not on PATH")
 
 
@@ -193,6 +202,8 @@ def test_claude_code_looping_session_is_denied_then_ends(tmp_path: Path) -> None
     assert len(runs) <= 10  # stopped within a few repeats, not at the script's cap of 20
     assert result[-1].get("permission_denials"), result[-1]
     assert not (state.parent / "hook.log").exists()
+    # The session's own transcript, scanned offline, says stop too.
+    assert scan_transcripts(home) == ["stop"]
 
 
 @needs_claude
@@ -212,3 +223,4 @@ def test_claude_code_healthy_session_is_untouched(tmp_path: Path) -> None:
     session = next(x["session_id"] for x in lines if x.get("type") == "system")
     stored = SqliteStore(state).get(session)
     assert stored is not None and stored["ncalls"] == 3  # the hooks saw every call
+    assert scan_transcripts(home) == ["ok"]
