@@ -224,3 +224,120 @@ def test_claude_code_healthy_session_is_untouched(tmp_path: Path) -> None:
     stored = SqliteStore(state).get(session)
     assert stored is not None and stored["ncalls"] == 3  # the hooks saw every call
     assert scan_transcripts(home) == ["ok"]
+
+
+# -- Gemini CLI: generateContent (routing) and streamGenerateContent ------------------
+def gemini_script(commands: Iterator[str] | None) -> Callable[..., None]:
+    seen: list[dict[str, Any]] = []
+
+    def reply(handler: BaseHTTPRequestHandler, payload: dict[str, Any], stream: bool) -> None:
+        data = json.dumps(payload).encode()
+        handler.send_response(200)
+        if stream:
+            handler.send_header("content-type", "text/event-stream")
+            handler.end_headers()
+            handler.wfile.write(b"data: " + data + b"\r\n\r\n")
+        else:
+            handler.send_header("content-type", "application/json")
+            handler.send_header("content-length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+        handler.wfile.flush()
+
+    def candidate(part: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "candidates": [{"content": {"role": "model", "parts": [part]},
+                            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 5,
+                              "totalTokenCount": 10},
+        }  # fmt: skip
+
+    def handle(handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        request = json.loads(body or b"{}")
+        if ":generateContent" in handler.path:  # the model router's JSON-schema call
+            text = json.dumps({"complexity_reasoning": "simple", "complexity_score": 1})
+            reply(handler, candidate({"text": text}), stream=False)
+            return
+        seen.append(request)
+        results = gemini_results(request)
+        command = FAILING if commands is None else next(commands, None)
+        if any("[loopwatch]" in r for r in results) or command is None or len(results) > 20:
+            part: dict[str, Any] = {"text": "Stopping here."}
+        else:
+            part = {"functionCall": {"name": "run_shell_command", "args": {"command": command}}}
+        reply(handler, candidate(part), stream=True)
+
+    handle.seen = seen  # type: ignore[attr-defined]
+    return handle
+
+
+def gemini_results(request: dict[str, Any]) -> list[str]:
+    return [
+        json.dumps(part["functionResponse"])
+        for content in request.get("contents", [])
+        for part in content.get("parts", [])
+        if "functionResponse" in part
+    ]
+
+
+def run_gemini(tmp_path: Path, script: Callable[..., None]) -> tuple[Any, list[Any], Path]:
+    project, home, state = tmp_path / "proj", tmp_path / "home", tmp_path / "state.db"
+    (home / ".gemini").mkdir(parents=True)
+    project.mkdir()
+    user_settings = {
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+        "model": {"disableLoopDetection": True, "skipNextSpeakerCheck": True},
+    }
+    (home / ".gemini" / "settings.json").write_text(json.dumps(user_settings))
+    install("gemini-cli", settings_path("gemini-cli", "project", project))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GEMINI", "GOOGLE"))}
+    env.pop("PYTHONPATH", None)
+    with FakeServer(script) as server:
+        env.update(
+            HOME=str(home),
+            GOOGLE_GEMINI_BASE_URL=f"http://127.0.0.1:{server.port}",
+            GEMINI_API_KEY="fake",
+            GEMINI_CLI_TRUST_WORKSPACE="true",
+            LOOPWATCH_STATE=str(state),
+        )
+        proc = subprocess.run(
+            ["gemini", "-p", "Run the tests and fix what fails.", "--output-format",
+             "stream-json", "--yolo"],
+            cwd=project, env=env, capture_output=True, timeout=180,
+        )  # fmt: skip
+    lines = [json.loads(x) for x in proc.stdout.decode().splitlines() if x.startswith("{")]
+    return proc, lines, state
+
+
+needs_gemini = pytest.mark.skipif(shutil.which("gemini") is None, reason="gemini not on PATH")
+
+
+@needs_gemini
+def test_gemini_cli_looping_session_is_denied_then_ends(tmp_path: Path) -> None:
+    script = gemini_script(None)
+    proc, lines, state = run_gemini(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    results = [x for x in lines if x.get("type") == "tool_result"]
+    blocked = [r for r in results if "[loopwatch]" in str(r.get("output"))]
+    assert blocked and blocked[0]["status"] == "error", results[-1:]
+    assert len(results) <= 10
+    assert lines[-1]["type"] == "result" and lines[-1]["status"] == "success"
+    assert not (state.parent / "hook.log").exists()
+
+
+@needs_gemini
+def test_gemini_cli_healthy_session_is_untouched(tmp_path: Path) -> None:
+    script = gemini_script(iter(HEALTHY))
+    proc, lines, state = run_gemini(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    results = [x for x in lines if x.get("type") == "tool_result"]
+    assert [r["status"] for r in results] == ["success"] * 3
+    assert [str(r["output"]).strip() for r in results] == ["one", "two", "three"]
+    from loopwatch.stores.sqlite import SqliteStore
+
+    session = next(x["session_id"] for x in lines if x.get("type") == "init")
+    stored = SqliteStore(state).get(session)
+    assert stored is not None and stored["ncalls"] == 3
