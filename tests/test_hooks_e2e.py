@@ -341,3 +341,115 @@ def test_gemini_cli_healthy_session_is_untouched(tmp_path: Path) -> None:
     session = next(x["session_id"] for x in lines if x.get("type") == "init")
     stored = SqliteStore(state).get(session)
     assert stored is not None and stored["ncalls"] == 3
+
+
+# -- Codex: the Responses API, streamed ------------------------------------------------
+def codex_script(commands: Iterator[str] | None) -> Callable[..., None]:
+    counter = iter(range(10_000))
+    seen: list[dict[str, Any]] = []
+
+    def handle(handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        request = json.loads(body or b"{}")
+        seen.append(request)
+        n = next(counter)
+        outputs = codex_outputs(request)
+        command = FAILING if commands is None else next(commands, None)
+        item: dict[str, Any]
+        if any("[loopwatch]" in o for o in outputs) or command is None or len(outputs) > 20:
+            item = {"type": "message", "id": f"msg_{n}", "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": "Stopping here.",
+                                 "annotations": []}]}  # fmt: skip
+        else:
+            item = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}",
+                    "name": "exec_command", "arguments": json.dumps({"cmd": command}),
+                    "status": "completed"}  # fmt: skip
+        usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+                 "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
+                 "total_tokens": 15}  # fmt: skip
+        response = {"id": f"resp_{n}", "object": "response", "status": "completed",
+                    "output": [item], "usage": usage}  # fmt: skip
+        events = [
+            {"type": "response.created",
+             "response": {**response, "status": "in_progress", "output": []}},
+            {"type": "response.output_item.added", "output_index": 0, "item": item},
+            {"type": "response.output_item.done", "output_index": 0, "item": item},
+            {"type": "response.completed", "response": response},
+        ]  # fmt: skip
+        _sse(handler, events)
+
+    handle.seen = seen  # type: ignore[attr-defined]
+    return handle
+
+
+def codex_outputs(request: dict[str, Any]) -> list[str]:
+    return [
+        json.dumps(item.get("output"))
+        for item in request.get("input", [])
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    ]
+
+
+def run_codex(tmp_path: Path, script: Callable[..., None]) -> tuple[Any, list[Any], Path]:
+    project, home, state = tmp_path / "proj", tmp_path / "codex-home", tmp_path / "state.db"
+    project.mkdir()
+    home.mkdir()
+    install("codex", settings_path("codex", "project", project))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEX", "OPENAI"))}
+    env.pop("PYTHONPATH", None)
+    with FakeServer(script) as server:
+        (home / "config.toml").write_text(
+            'model = "gpt-5"\nmodel_provider = "fake"\n'
+            "[model_providers.fake]\n"
+            f'name = "fake"\nbase_url = "http://127.0.0.1:{server.port}/v1"\n'
+            'wire_api = "responses"\nenv_key = "FAKE_MODEL_KEY"\n'
+            "[features]\nhooks = true\n"
+        )
+        env.update(CODEX_HOME=str(home), HOME=str(home), FAKE_MODEL_KEY="fake",
+                   LOOPWATCH_STATE=str(state))  # fmt: skip
+        # Without --trust and --dangerously-bypass-hook-trust, project hooks are skipped
+        # with no error; without --disable plugins it looks up code-hosting hosts.
+        proc = subprocess.run(
+            ["codex", "exec", "--json", "--skip-git-repo-check", "--trust",
+             "--dangerously-bypass-hook-trust", "--disable", "plugins", "--disable",
+             "remote_plugin", "--dangerously-bypass-approvals-and-sandbox",
+             "Run the tests and fix what fails."],
+            cwd=project, env=env, capture_output=True, timeout=180, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    lines = [json.loads(x) for x in proc.stdout.decode().splitlines() if x.startswith("{")]
+    return proc, lines, state
+
+
+needs_codex = pytest.mark.skipif(shutil.which("codex") is None, reason="codex not on PATH")
+
+
+@needs_codex
+def test_codex_looping_session_is_denied_then_ends(tmp_path: Path) -> None:
+    script = codex_script(None)
+    proc, lines, state = run_codex(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    seen: list[dict[str, Any]] = script.seen  # type: ignore[attr-defined]
+    blocked = [o for req in seen for o in codex_outputs(req) if "[loopwatch]" in o]
+    assert blocked and "blocked by PreToolUse hook" in blocked[0]
+    ran = [x for x in lines if x.get("type") == "item.completed"
+           and x["item"].get("type") == "command_execution"]  # fmt: skip
+    assert 3 <= len(ran) <= 10
+    assert lines[-1]["type"] == "turn.completed"
+    assert not (state.parent / "hook.log").exists()
+
+
+@needs_codex
+def test_codex_healthy_session_is_untouched(tmp_path: Path) -> None:
+    script = codex_script(iter(HEALTHY))
+    proc, lines, state = run_codex(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    ran = [x["item"] for x in lines if x.get("type") == "item.completed"
+           and x["item"].get("type") == "command_execution"]  # fmt: skip
+    assert [r["aggregated_output"].strip() for r in ran] == ["one", "two", "three"]
+    seen: list[dict[str, Any]] = script.seen  # type: ignore[attr-defined]
+    assert not any("[loopwatch]" in o for req in seen for o in codex_outputs(req))
+    from loopwatch.stores.sqlite import SqliteStore
+
+    session = next(x["thread_id"] for x in lines if x.get("type") == "thread.started")
+    stored = SqliteStore(state).get(session)
+    assert stored is not None and stored["ncalls"] == 3  # the hooks saw every call
