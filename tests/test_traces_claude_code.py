@@ -148,3 +148,42 @@ def test_not_claude_code() -> None:
     assert not looks_like({"type": "assistant", "message": {"role": "assistant"}})
     assert not looks_like([1, 2])
     assert session_events([]) == ([], {"format": "claude_code"})
+
+
+def test_a_projects_directory_is_scanned_whole(tmp_path: Path) -> None:
+    """`loopwatch scan ~/.claude/projects`: every session file under the directory,
+    sub-agents' transcripts as runs of their own."""
+    from loopwatch.cli import main
+
+    projects = tmp_path / "projects" / "-home-me-repo"
+    (projects / "S1" / "subagents").mkdir(parents=True)
+    base = {"cwd": "/w", "version": "2.1.0"}
+    for name, session, extra in (
+        ("S1.jsonl", "S1", {}),
+        ("S2.jsonl", "S2", {}),
+        ("S1/subagents/agent-a1.jsonl", "S1", {"isSidechain": True, "agentId": "a1"}),
+    ):
+        lines = [{**base, **extra, "sessionId": session, "type": "user",
+                  "message": {"role": "user", "content": "go"}}]  # fmt: skip
+        for n in range(6):
+            lines.append({**base, **extra, "sessionId": session, "type": "assistant",
+                          "message": {"id": f"m{n}", "role": "assistant",
+                                      "content": [use(f"t{n}", "make")]}})  # fmt: skip
+            lines.append({**base, **extra, "sessionId": session, "type": "user",
+                          "message": {"role": "user", "content": [
+                              {"type": "tool_result", "tool_use_id": f"t{n}",
+                               "content": "make: *** [all] Error 2", "is_error": True}]},
+                          "toolUseResult": "Error: make: *** [all] Error 2"})  # fmt: skip
+        write_lines(projects / name, lines)
+    (projects / "notes.txt").write_text("not a trace")
+    runs = [r for r in read_runs(str(tmp_path / "projects")) if isinstance(r, TraceRun)]
+    assert sorted(r.run_id for r in runs) == ["S1", "S1/a1", "S2"]
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["scan", "--json", str(tmp_path / "projects")]) == 0
+    reports = [json.loads(x) for x in buffer.getvalue().splitlines()]
+    verdicts = {r["run_id"]: r["verdict"] for r in reports}
+    assert verdicts == {"S1": "stop", "S1/a1": "stop", "S2": "stop"}

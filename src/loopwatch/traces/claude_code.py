@@ -1,7 +1,8 @@
 """Claude Code sessions: ``--output-format stream-json`` logs and the transcripts
 under ``~/.claude/projects/`` (one JSON object per line in both).
 
-One run per session id. The mapping:
+One run per session id (a sub-agent's transcript under ``<session>/subagents/``
+is its own run, ``<session>/<agentId>``). The mapping:
 
 * an assistant message (its content blocks arrive on several lines sharing the
   message id) becomes one ``model`` event with its visible text (``text``
@@ -68,6 +69,8 @@ class ClaudeCodeReader(Reader):
             if session is None:
                 continue  # summaries, file snapshots: not part of a session's steps
             key = str(session)
+            if record.get("isSidechain") and record.get("agentId"):
+                key = f"{key}/{record['agentId']}"  # a sub-agent's own transcript
             if key not in self.sessions:
                 self.sessions[key] = []
                 self.first_line[key] = line
