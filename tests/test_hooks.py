@@ -166,7 +166,9 @@ def test_codex_denies_in_its_protocol() -> None:
 
 
 def test_gemini_cli_answers_json_always() -> None:
-    outs = []
+    """Deny before the tool; a warning about a call comes with its result (BeforeTool
+    has no context channel in Gemini CLI)."""
+    befores, afters = [], []
     for n in range(8):
         before = {"session_id": "gm", "transcript_path": "/t.json", "cwd": "/tmp",
                   "hook_event_name": "BeforeTool", "timestamp": f"2026-01-01T00:00:0{n}Z",
@@ -174,15 +176,20 @@ def test_gemini_cli_answers_json_always() -> None:
                   "tool_input": {"command": "npm test", "description": "test"}}  # fmt: skip
         answer = handle("gemini-cli", before)
         assert answer.exit_code == 0
-        outs.append(json.loads(answer.stdout))
+        befores.append(json.loads(answer.stdout))
+        if befores[-1].get("decision") == "deny":
+            break
         response = {"llmContent": "1 failing", "returnDisplay": "1 failing"}
         after = {**before, "hook_event_name": "AfterTool", "tool_response": response}
-        assert json.loads(handle("gemini-cli", after).stdout) is not None
-    assert outs[0] == {}
-    denies = [o for o in outs if o.get("decision") == "deny"]
-    assert denies and denies[0]["reason"].startswith("[loopwatch]")
-    warns = [o for o in outs if "hookSpecificOutput" in o]
-    assert warns and warns[0]["hookSpecificOutput"]["hookEventName"] == "BeforeTool"
+        afters.append(json.loads(handle("gemini-cli", after).stdout))
+    assert befores[0] == {} and afters[0] == {}
+    assert befores[-1]["reason"].startswith("[loopwatch] Run stopped")
+    assert all("hookSpecificOutput" not in b for b in befores)
+    warned = [a for a in afters if a]
+    assert warned, afters
+    spec = warned[0]["hookSpecificOutput"]
+    assert spec["hookEventName"] == "AfterTool"
+    assert spec["additionalContext"].startswith("[loopwatch] Warning")
 
 
 def test_bad_payload_is_let_through_and_logged(state: Path) -> None:

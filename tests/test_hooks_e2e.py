@@ -28,6 +28,11 @@ FAILING = "ls /no/such/dir/loopwatch-e2e"
 HEALTHY = ["echo one", "echo two", "echo three"]
 
 
+def was_blocked(text: str) -> bool:
+    """A tool result that says loopwatch blocked the call (not only warned)."""
+    return "[loopwatch] Run stopped" in text or "[loopwatch] This call was not executed" in text
+
+
 class FakeServer:
     """A model API on 127.0.0.1 whose replies come from ``script(request) -> reply``."""
 
@@ -131,7 +136,7 @@ def claude_script(commands: Iterator[str] | None) -> Callable[..., None]:
             _sse(handler, _message(n, [{"type": "text", "text": "ok"}], "end_turn"))
             return
         results = _tool_results(request)
-        blocked = any("[loopwatch]" in r for r in results)
+        blocked = any(was_blocked(r) for r in results)
         command = FAILING if commands is None else next(commands, None)
         if blocked or command is None or len(results) > 20:
             _sse(handler, _message(n, [{"type": "text", "text": "Stopping here."}], "end_turn"))
@@ -195,9 +200,11 @@ def test_claude_code_looping_session_is_denied_then_ends(tmp_path: Path) -> None
     result = [x for x in lines if x.get("type") == "result"]
     assert result, proc.stdout.decode()[-2000:]
     seen: list[dict[str, Any]] = script.seen  # type: ignore[attr-defined]
-    blocked = [r for req in seen for r in _tool_results(req) if "[loopwatch]" in r]
+    blocked = [r for req in seen for r in _tool_results(req) if was_blocked(r)]
     assert blocked, "no tool result carried loopwatch's reason"
     assert "same arguments" in blocked[0] or "same error" in blocked[0] or "nothing" in blocked[0]
+    # Before the block, the warning reached the model as the hook's additional context.
+    assert any("additional context: [loopwatch] Warning" in json.dumps(r) for r in seen)
     runs = [x for x in lines if x.get("type") == "user"]
     assert len(runs) <= 10  # stopped within a few repeats, not at the script's cap of 20
     assert result[-1].get("permission_denials"), result[-1]
@@ -261,7 +268,7 @@ def gemini_script(commands: Iterator[str] | None) -> Callable[..., None]:
         seen.append(request)
         results = gemini_results(request)
         command = FAILING if commands is None else next(commands, None)
-        if any("[loopwatch]" in r for r in results) or command is None or len(results) > 20:
+        if any(was_blocked(r) for r in results) or command is None or len(results) > 20:
             part: dict[str, Any] = {"text": "Stopping here."}
         else:
             part = {"functionCall": {"name": "run_shell_command", "args": {"command": command}}}
@@ -321,11 +328,14 @@ def test_gemini_cli_looping_session_is_denied_then_ends(tmp_path: Path) -> None:
     proc, lines, state = run_gemini(tmp_path, script)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     results = [x for x in lines if x.get("type") == "tool_result"]
-    blocked = [r for r in results if "[loopwatch]" in str(r.get("output"))]
+    blocked = [r for r in results if was_blocked(str(r.get("output")))]
     assert blocked and blocked[0]["status"] == "error", results[-1:]
     assert len(results) <= 10
     assert lines[-1]["type"] == "result" and lines[-1]["status"] == "success"
     assert not (state.parent / "hook.log").exists()
+    # Before the block, the warning reached the model with a result (AfterTool context).
+    seen: list[dict[str, Any]] = script.seen  # type: ignore[attr-defined]
+    assert any("<hook_context>[loopwatch] Warning" in r for q in seen for r in gemini_results(q))
 
 
 @needs_gemini
@@ -355,7 +365,7 @@ def codex_script(commands: Iterator[str] | None) -> Callable[..., None]:
         outputs = codex_outputs(request)
         command = FAILING if commands is None else next(commands, None)
         item: dict[str, Any]
-        if any("[loopwatch]" in o for o in outputs) or command is None or len(outputs) > 20:
+        if any(was_blocked(o) for o in outputs) or command is None or len(outputs) > 20:
             item = {"type": "message", "id": f"msg_{n}", "role": "assistant",
                     "status": "completed",
                     "content": [{"type": "output_text", "text": "Stopping here.",
@@ -429,13 +439,15 @@ def test_codex_looping_session_is_denied_then_ends(tmp_path: Path) -> None:
     proc, lines, state = run_codex(tmp_path, script)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     seen: list[dict[str, Any]] = script.seen  # type: ignore[attr-defined]
-    blocked = [o for req in seen for o in codex_outputs(req) if "[loopwatch]" in o]
+    blocked = [o for req in seen for o in codex_outputs(req) if was_blocked(o)]
     assert blocked and "blocked by PreToolUse hook" in blocked[0]
     ran = [x for x in lines if x.get("type") == "item.completed"
            and x["item"].get("type") == "command_execution"]  # fmt: skip
     assert 3 <= len(ran) <= 10
     assert lines[-1]["type"] == "turn.completed"
     assert not (state.parent / "hook.log").exists()
+    # Before the block, the warning reached the model (additional context).
+    assert any("[loopwatch] Warning" in json.dumps(req) for req in seen)
 
 
 @needs_codex

@@ -108,19 +108,31 @@ def make_guard(payload: Mapping[str, Any]) -> Any:
     return Guard(config, store=_store_url(config))
 
 
-def new_turn(guard: Any, run_id: str, events: list[dict[str, Any]]) -> bool:
-    """Record this call's kind; True if a tool call here starts a new model turn
-    (the run's previous hook event was a result or a prompt, or there was none)."""
-    kind = events[-1]["kind"]
+def new_turn(guard: Any, run_id: str, kind: str) -> tuple[bool, str]:
+    """Record this hook event's kind in the run's marker. Returns whether a tool call
+    here starts a new model turn (the previous hook event was a result or a prompt,
+    or there was none), and, on a result, the warning deferred to it (see
+    :func:`defer_warning`), taken out of the marker."""
 
-    def step(marker: dict[str, Any]) -> bool:
+    def step(marker: dict[str, Any]) -> tuple[bool, str]:
         last = marker.get("last")
         marker["last"] = kind
         marker["n"] = int(marker.get("n", 0)) + 1
-        return kind == "tool_call" and last != "tool_call"
+        deferred = str(marker.pop("warn", "")) if kind == "tool_result" else ""
+        return kind == "tool_call" and last != "tool_call", deferred
 
-    result: bool = guard.store.apply(run_id + _TURN_SUFFIX, step, lambda: {"n": 0})
+    result: tuple[bool, str] = guard.store.apply(run_id + _TURN_SUFFIX, step, lambda: {"n": 0})
     return result
+
+
+def defer_warning(guard: Any, run_id: str, message: str) -> None:
+    """Keep a warning for the call's result: an agent whose pre-tool hook has no
+    context channel (Gemini CLI) shows the model what its post-tool hook adds."""
+
+    def step(marker: dict[str, Any]) -> None:
+        marker["warn"] = message
+
+    guard.store.apply(run_id + _TURN_SUFFIX, step, lambda: {"n": 0})
 
 
 def handle(
@@ -145,10 +157,10 @@ def handle(
             return allow
         guard = guard_factory(payload)
         try:
-            if events[-1]["kind"] == "tool_call" and new_turn(guard, run_id, events):
+            kind = events[-1]["kind"]
+            turn, deferred = new_turn(guard, run_id, kind)
+            if turn:
                 events = [{"kind": "model", "text": ""}, *events]
-            elif events[-1]["kind"] != "tool_call":
-                new_turn(guard, run_id, events)
             worst = Outcome("ok", "")
             for event in events:
                 verdict = guard.observe(run_id, event)
@@ -157,6 +169,15 @@ def handle(
                 action = str(verdict.action)
                 if _SEVERITY[action] > _SEVERITY[worst.action]:
                     worst = Outcome(action, verdict.message or "")
+            if deferred:
+                message = " ".join(m for m in (deferred, worst.message) if m)
+                worst = Outcome("warn" if worst.action == "ok" else worst.action, message)
+            if (
+                worst.action == "warn"
+                and kind == "tool_call"
+                and getattr(proto, "WARN_AFTER_TOOL", False)
+            ):
+                defer_warning(guard, run_id, worst.message)
         finally:
             if close:
                 guard.close()

@@ -9,7 +9,8 @@ name and order. ``session_id`` is the run id.
 Answers, always JSON on stdout with exit 0 (Gemini CLI parses stdout):
 a skip or stop before a tool is ``{"decision": "deny", "reason": ...}`` (the model
 reads "Tool execution blocked: <reason>"); a warning, or a stop after a tool, is
-``hookSpecificOutput.additionalContext``; otherwise ``{}``.
+``hookSpecificOutput.additionalContext`` after the tool (appended to its result: a
+warning about a call is held until that call's AfterTool); otherwise ``{}``.
 """
 
 from __future__ import annotations
@@ -22,8 +23,12 @@ import orjson
 from ._dispatch import Answer, Outcome
 from ._events import tool_call, tool_result, user_prompt
 
-__all__ = ["HOOK_EVENTS", "answer", "events", "run_id"]
+__all__ = ["HOOK_EVENTS", "WARN_AFTER_TOOL", "answer", "events", "run_id"]
 
+# BeforeTool output has no context channel (Gemini CLI 0.61 reads additionalContext
+# only after a tool, appending it to the result): a warning about a call is kept
+# and shown with that call's result.
+WARN_AFTER_TOOL = True
 BEFORE = "BeforeTool"
 AFTER = "AfterTool"
 PROMPT = "BeforeAgent"
@@ -56,6 +61,6 @@ def answer(payload: Mapping[str, Any], outcome: Outcome) -> Answer:
     if action != "ok" and message:
         if event == BEFORE and action in ("skip", "stop"):
             out = {"decision": "deny", "reason": message}
-        elif event in (BEFORE, AFTER, PROMPT):
+        elif event in (AFTER, PROMPT):
             out = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": message}}
     return Answer(0, orjson.dumps(out).decode() + "\n")
