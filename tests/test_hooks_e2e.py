@@ -177,12 +177,12 @@ def run_claude(project: Path, home: Path, script: Callable[..., None], state: Pa
     return proc, lines
 
 
-def scan_transcripts(home: Path) -> list[str]:
-    """Verdicts of ``loopwatch scan`` over the sessions Claude Code wrote under HOME."""
+def scan_transcripts(folder: Path, fmt: str = "claude_code") -> list[str]:
+    """Verdicts of ``loopwatch scan FOLDER`` over the sessions a CLI wrote there."""
     from loopwatch import Config, Scanner, TraceRun, read_runs
 
-    paths = sorted(str(p) for p in (home / ".claude" / "projects").glob("*/*.jsonl"))
-    runs = [r for r in read_runs(paths) if isinstance(r, TraceRun)]
+    runs = [r for r in read_runs(str(folder)) if isinstance(r, TraceRun)]
+    assert all(r.meta.get("format") == fmt for r in runs)
     return [Scanner(Config()).scan(r.to_dict()).verdict for r in runs]
 
 
@@ -210,7 +210,7 @@ def test_claude_code_looping_session_is_denied_then_ends(tmp_path: Path) -> None
     assert result[-1].get("permission_denials"), result[-1]
     assert not (state.parent / "hook.log").exists()
     # The session's own transcript, scanned offline, says stop too.
-    assert scan_transcripts(home) == ["stop"]
+    assert scan_transcripts(home / ".claude" / "projects") == ["stop"]
 
 
 @needs_claude
@@ -230,7 +230,7 @@ def test_claude_code_healthy_session_is_untouched(tmp_path: Path) -> None:
     session = next(x["session_id"] for x in lines if x.get("type") == "system")
     stored = SqliteStore(state).get(session)
     assert stored is not None and stored["ncalls"] == 3  # the hooks saw every call
-    assert scan_transcripts(home) == ["ok"]
+    assert scan_transcripts(home / ".claude" / "projects") == ["ok"]
 
 
 # -- Gemini CLI: generateContent (routing) and streamGenerateContent ------------------
@@ -336,6 +336,8 @@ def test_gemini_cli_looping_session_is_denied_then_ends(tmp_path: Path) -> None:
     # Before the block, the warning reached the model with a result (AfterTool context).
     seen: list[dict[str, Any]] = script.seen  # type: ignore[attr-defined]
     assert any("<hook_context>[loopwatch] Warning" in r for q in seen for r in gemini_results(q))
+    # The session file Gemini CLI wrote, scanned offline, says stop too.
+    assert scan_transcripts(tmp_path / "home" / ".gemini" / "tmp", "gemini_cli") == ["stop"]
 
 
 @needs_gemini
@@ -351,6 +353,7 @@ def test_gemini_cli_healthy_session_is_untouched(tmp_path: Path) -> None:
     session = next(x["session_id"] for x in lines if x.get("type") == "init")
     stored = SqliteStore(state).get(session)
     assert stored is not None and stored["ncalls"] == 3
+    assert scan_transcripts(tmp_path / "home" / ".gemini" / "tmp", "gemini_cli") == ["ok"]
 
 
 # -- Codex: the Responses API, streamed ------------------------------------------------
@@ -448,6 +451,8 @@ def test_codex_looping_session_is_denied_then_ends(tmp_path: Path) -> None:
     assert not (state.parent / "hook.log").exists()
     # Before the block, the warning reached the model (additional context).
     assert any("[loopwatch] Warning" in json.dumps(req) for req in seen)
+    # The rollout Codex wrote, scanned offline, says stop too.
+    assert scan_transcripts(tmp_path / "codex-home" / "sessions", "codex") == ["stop"]
 
 
 @needs_codex
@@ -465,3 +470,4 @@ def test_codex_healthy_session_is_untouched(tmp_path: Path) -> None:
     session = next(x["thread_id"] for x in lines if x.get("type") == "thread.started")
     stored = SqliteStore(state).get(session)
     assert stored is not None and stored["ncalls"] == 3  # the hooks saw every call
+    assert scan_transcripts(tmp_path / "codex-home" / "sessions", "codex") == ["ok"]

@@ -187,3 +187,86 @@ def test_a_projects_directory_is_scanned_whole(tmp_path: Path) -> None:
     reports = [json.loads(x) for x in buffer.getvalue().splitlines()]
     verdicts = {r["run_id"]: r["verdict"] for r in reports}
     assert verdicts == {"S1": "stop", "S1/a1": "stop", "S2": "stop"}
+
+
+# -- Codex rollouts and Gemini CLI session files (traces/coding_cli.py) -----------------
+def test_codex_rollout(tmp_path: Path) -> None:
+    def item(payload: dict[str, Any]) -> dict[str, Any]:
+        return {"timestamp": "2026-11-23T15:41:54.476Z", "type": "response_item",
+                "payload": payload}  # fmt: skip
+
+    header = "Chunk ID: d675ca\nWall time: 0.0000 seconds\nProcess exited with code {}\n"
+    records = [
+        {"timestamp": "t", "type": "session_meta",
+         "payload": {"id": "C1", "cwd": "/w", "cli_version": "0.169.0"}},
+        item({"type": "message", "role": "developer",
+              "content": [{"type": "input_text", "text": "You are Codex"}]}),
+        item({"type": "message", "role": "user",
+              "content": [{"type": "input_text", "text": "<environment_context>x"}]}),
+        item({"type": "message", "role": "user",
+              "content": [{"type": "input_text", "text": "fix the build"}]}),
+        item({"type": "function_call", "name": "exec_command", "call_id": "c1",
+              "arguments": json.dumps({"cmd": "make"})}),
+        item({"type": "function_call_output", "call_id": "c1",
+              "output": header.format(2) + "Original token count: 3\nOutput:\nmake: Error 2\n"}),
+        item({"type": "message", "role": "assistant",
+              "content": [{"type": "output_text", "text": "It fails."}]}),
+        item({"type": "function_call", "name": "apply_patch", "call_id": "c2",
+              "arguments": json.dumps({"input": "*** Begin Patch"})}),
+        item({"type": "function_call_output", "call_id": "c2",
+              "output": json.dumps({"output": "Done", "metadata": {"exit_code": 0}})}),
+    ]  # fmt: skip
+    [run] = read_runs(write_lines(tmp_path / "rollout.jsonl", records))
+    assert isinstance(run, TraceRun) and run.run_id == "C1"
+    assert run.meta["format"] == "codex" and run.meta["cli_version"] == "0.169.0"
+    assert run.events == [
+        {"kind": "user", "text": "fix the build"},
+        {"kind": "model", "text": ""},
+        {"kind": "tool_call", "name": "Bash", "args": {"command": "make"}, "id": "c1"},
+        {"kind": "tool_result", "name": "Bash", "text": "make: Error 2\n", "error": True,
+         "id": "c1"},
+        {"kind": "model", "text": "It fails."},
+        {"kind": "tool_call", "name": "apply_patch", "args": {"input": "*** Begin Patch"},
+         "id": "c2"},
+        {"kind": "tool_result", "name": "apply_patch", "text": "Done", "error": False,
+         "id": "c2"},
+    ]  # fmt: skip
+
+
+def test_gemini_session_file(tmp_path: Path) -> None:
+    output = ("<untrusted_context>\nOutput: boom\nExit Code: 1\nProcess Group PGID: {}\n"
+              "</untrusted_context>")  # fmt: skip
+
+    def gemini(rid: str, pgid: int, with_calls: bool) -> dict[str, Any]:
+        rec: dict[str, Any] = {"id": rid, "type": "gemini", "content": "", "model": "g-pro",
+                               "tokens": {"output": 4}}  # fmt: skip
+        if with_calls:
+            rec["toolCalls"] = [{
+                "id": f"call-{rid}", "name": "run_shell_command", "args": {"command": "npm t"},
+                "status": "success",
+                "result": [{"functionResponse": {"id": f"call-{rid}", "name": "run_shell_command",
+                            "response": {"output": output.format(pgid) + "\n\n<hook_context>"
+                                         "[loopwatch] Warning: x</hook_context>"}}}],
+            }]  # fmt: skip
+        return rec
+
+    records = [
+        {"sessionId": "G1", "projectHash": "abc", "startTime": "t", "kind": "main"},
+        {"$set": {"messages": [{"id": "u0", "type": "user",
+                                "content": [{"text": "<session_context>\nhi"}]}]}},
+        {"id": "u1", "type": "user", "content": [{"text": "run the tests"}]},
+        {"$set": {"lastUpdated": "t"}},
+        gemini("m1", 100, False),
+        gemini("m1", 100, True),  # the same record, written again with its call
+        {"id": "u2", "type": "user", "content": [{"functionResponse": {"id": "call-m1"}}]},
+        gemini("m2", 200, True),
+    ]  # fmt: skip
+    [run] = read_runs(write_lines(tmp_path / "session-1.jsonl", records))
+    assert isinstance(run, TraceRun) and run.run_id == "G1"
+    kinds = [(e["kind"], e.get("id")) for e in run.events]
+    assert kinds == [("user", None), ("model", None), ("tool_call", "call-m1"),
+                     ("tool_result", "call-m1"), ("model", None), ("tool_call", "call-m2"),
+                     ("tool_result", "call-m2")]  # fmt: skip
+    first, second = run.events[3], run.events[6]
+    assert first["text"] == second["text"]  # the process id and hook context are dropped
+    assert "PGID" not in first["text"] and "loopwatch" not in first["text"]

@@ -174,7 +174,9 @@ def session_events(
                         )
                     )
                 elif btype == "text" and not rec.get("isMeta") and not _from_subagent(rec):
-                    events.append(user_prompt(block.get("text") or ""))
+                    text = str(block.get("text") or "")
+                    if not text.lstrip().startswith("<system-reminder>"):  # hooks' context
+                        events.append(user_prompt(text))
     if dropped:
         meta["dropped_calls"] = dropped
     return events, meta

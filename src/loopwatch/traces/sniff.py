@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from . import claude_code, langfuse, langsmith, openai_agents, otlp
+from . import claude_code, coding_cli, langfuse, langsmith, openai_agents, otlp
 from ._common import Item, Reader
 from .base import InputError, TraceRun, open_text
 from .jsonl import parse_run
@@ -75,6 +75,8 @@ _FORMATS: dict[str, tuple[Callable[[Any], bool], Callable[[str], Reader]]] = {
     "langsmith": (langsmith.looks_like, langsmith.LangSmithReader),
     "langfuse": (langfuse.looks_like, langfuse.LangfuseReader),
     "claude_code": (claude_code.looks_like, claude_code.ClaudeCodeReader),
+    "codex": (coding_cli.codex_looks_like, coding_cli.CodexReader),
+    "gemini_cli": (coding_cli.gemini_looks_like, coding_cli.GeminiSessionReader),
 }
 FORMATS = (*_FORMATS, "deepeval")
 
