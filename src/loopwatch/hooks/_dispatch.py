@@ -13,7 +13,10 @@ Turns: a hook sees tool calls and results but not the model's text. A tool call
 that follows a result or a prompt starts a new model turn, so the hook records an
 empty ``model`` event first, as the transcript readers do for the assistant
 message that made the call: calls made together in one message stay one decision
-for the detectors, and a replayed session scans the same either way.
+for the detectors, and a replayed session scans the same either way. What that
+takes (the kind of the run's last hook event, and a warning held for the call's
+result where the pre-tool hook has no context channel) is a small dict kept in the
+same store under ``<session id>\x00hook-turn``.
 """
 
 from __future__ import annotations
