@@ -33,6 +33,11 @@ _SMALL_INPUT = 50_000  # below this many events, a single process is faster
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else list(argv)
+    if given[:1] == ["hook"]:  # before any config is read: a hook never fails the agent
+        from .hooks._dispatch import main as hook
+
+        return hook(given[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
@@ -113,6 +118,10 @@ def _parser() -> argparse.ArgumentParser:
     p_demo = sub.add_parser("demo", help="scan the bundled examples and replay a looping agent")
     p_demo.add_argument("--config", metavar="FILE", help="a loopwatch.toml or pyproject.toml")
     p_demo.set_defaults(func=_cmd_demo)
+
+    from .hooks.install import add_parsers  # hook, install, uninstall
+
+    add_parsers(sub)
     return parser
 
 

@@ -32,6 +32,7 @@ from urllib.parse import parse_qs, urlparse
 from .detectors import Detector, DetectorSet, registered
 from .embeddings import semantic_unavailable_reason
 from .policy import ON_LOOP_CHOICES
+from .stores import SCHEMES, scheme_of
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -147,16 +148,16 @@ class Config:
                 f"on_store_error{where} must be 'allow' or 'raise', not {self.on_store_error!r}"
             )
         _check_int(f"max_runs{where}", self.max_runs, 1, optional=False)
-        if not isinstance(self.store, str) or _scheme(self.store) not in _STORE_SCHEMES:
+        if not isinstance(self.store, str) or _scheme(self.store) not in SCHEMES:
             raise ConfigError(
-                f"store{where} must be a store URL (memory:// or redis://host:port/db), "
-                f"not {self.store!r}"
+                f"store{where} must be a store URL (memory://, redis://host:port/db or "
+                f"sqlite:///path/state.db), not {self.store!r}"
             )
         if _scheme(self.store) == "memory":
             _check_memory_url(f"store{where}", self.store)
         if self.ttl_seconds is not None:
             _duration(f"ttl_seconds{where}", self.ttl_seconds)
-        elif _scheme(self.store) != "memory":
+        elif SCHEMES[_scheme(self.store)].shared:
             raise ConfigError(
                 f"ttl_seconds{where} must be set with store = {self.store!r}: "
                 "a shared store needs every run to expire"
@@ -326,9 +327,6 @@ _PAIRS: Final = (
     ("tool_warn_at", "tool_stop_at"), ("warn_repeats", "stop_repeats"),
     ("warn_after", "stop_after"),
 )  # fmt: skip
-_STORE_SCHEMES: Final = frozenset(
-    {"memory", "redis", "rediss", "redis+unix", "valkey", "valkeys", "unix"}
-)
 _OUR_TABLE: Final = re.compile(r"^\s*\[+\s*tool\s*\.\s*[\"']?loopwatch\b", re.MULTILINE)
 _DURATION: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)")
 _UNIT_SECONDS: Final = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -418,7 +416,7 @@ def _check_memory_url(where: str, url: str) -> None:
 
 
 def _scheme(url: str) -> str:
-    return url.split("://", 1)[0].lower() if "://" in url else ""
+    return scheme_of(url)
 
 
 def _check_section(name: str, section: Mapping[str, Any], where: str) -> None:

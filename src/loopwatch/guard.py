@@ -23,7 +23,7 @@ from .engine import Engine, new_state
 from .events import KINDS, Event
 from .findings import Action, StoreUnavailable, Verdict
 from .policy import Policy
-from .stores import Store, store_from_url
+from .stores import SCHEMES, Store, scheme_of, store_from_url
 from .stores.base import State
 
 __all__ = ["CallerError", "Guard"]
@@ -72,11 +72,10 @@ class Guard:
             self.store = store
         else:
             url = cfg.store
-            extra: dict[str, Any] = {}
-            if url.startswith("memory"):
-                extra = {"max_runs": cfg.max_runs, "ttl_seconds": cfg.ttl_seconds}
-            else:
-                extra = {"ttl_seconds": cfg.ttl_seconds}
+            kind = SCHEMES[scheme_of(url)]  # the configuration checked the scheme
+            extra: dict[str, Any] = {"ttl_seconds": cfg.ttl_seconds}
+            if kind.takes_max_runs and "max_runs" not in url:
+                extra["max_runs"] = cfg.max_runs
             self.store = store_from_url(url, **extra)
         self.on_store_error = cfg.on_store_error
         self._outage = False

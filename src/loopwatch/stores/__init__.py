@@ -1,40 +1,79 @@
-"""Stores for per-run guard state, chosen by URL like the ``limits`` library does."""
+"""Stores for per-run guard state, chosen by URL like the ``limits`` library does.
+
+Each store registers the URL schemes it serves in :data:`SCHEMES` (the scheme, the
+module and class that implement it, and the extra it needs, if any); the class is
+imported only when a URL asks for it, so an install without redis-py can still use
+the memory and SQLite stores.
+"""
 
 from __future__ import annotations
 
-from typing import Any
-from urllib.parse import parse_qs, urlparse
+from importlib import import_module
+from typing import Any, Final, NamedTuple
+from urllib.parse import urlparse
 
 from .base import State, Store
 from .memory import MemoryStore
 
-__all__ = ["MemoryStore", "State", "Store", "store_from_url"]
+__all__ = [
+    "SCHEMES",
+    "MemoryStore",
+    "State",
+    "Store",
+    "StoreKind",
+    "scheme_of",
+    "store_from_url",
+]
+
+
+class StoreKind(NamedTuple):
+    """Where a scheme's store lives, and what it needs."""
+
+    module: str  # relative to loopwatch.stores
+    cls: str
+    extra: str | None  # the pip extra that installs its dependency
+    shared: bool  # state shared by processes: every run must expire (ttl_seconds set)
+    takes_max_runs: bool  # bounds the number of runs it keeps
+
+
+_MEMORY: Final = StoreKind(".memory", "MemoryStore", None, False, True)
+_REDIS: Final = StoreKind(".redis", "RedisStore", "redis", True, False)
+_SQLITE: Final = StoreKind(".sqlite", "SqliteStore", None, True, True)
+
+SCHEMES: Final[dict[str, StoreKind]] = {
+    "memory": _MEMORY,
+    "redis": _REDIS,
+    "rediss": _REDIS,
+    "redis+unix": _REDIS,
+    "valkey": _REDIS,
+    "valkeys": _REDIS,
+    "unix": _REDIS,
+    "sqlite": _SQLITE,
+}
+
+
+def scheme_of(url: str) -> str:
+    """The lower-cased scheme of a store URL ("" when it has none)."""
+    return urlparse(url).scheme.lower() if "://" in url else ""
 
 
 def store_from_url(url: str, **options: Any) -> Store:
-    """Build a store from a URL: ``memory://`` (default) or ``redis://host:port/db``.
+    """Build a store from a URL: ``memory://`` (default), ``redis://host:port/db`` or
+    ``sqlite:///path/state.db`` (``sqlite://`` alone: the user's state directory).
 
     Query parameters and keyword options are passed to the store
     (``memory://?max_runs=1000&ttl_seconds=600``).
     """
-    parsed = urlparse(url)
-    scheme = parsed.scheme.lower()
-    query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
-    if scheme == "memory":
-        opts: dict[str, Any] = {}
-        if "max_runs" in query:
-            opts["max_runs"] = int(query["max_runs"])
-        if "ttl_seconds" in query:
-            opts["ttl_seconds"] = float(query["ttl_seconds"])
-        opts.update(options)
-        return MemoryStore(**opts)
-    if scheme in ("redis", "rediss", "redis+unix", "valkey", "valkeys", "unix"):
-        try:
-            from .redis import RedisStore  # type: ignore[import-not-found,unused-ignore]
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ImportError(
-                f"the store {url!r} needs the Redis extra: pip install 'loopwatch[redis]'"
-            ) from exc
-        store: Store = RedisStore.from_url(url, **options)
-        return store
-    raise ValueError(f"unknown store URL {url!r}: use memory:// or redis://host:port/db")
+    kind = SCHEMES.get(scheme_of(url))
+    if kind is None:
+        raise ValueError(
+            f"unknown store URL {url!r}: use one of {', '.join(f'{s}://' for s in SCHEMES)}"
+        )
+    try:
+        module = import_module(kind.module, __name__)
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ImportError(
+            f"the store {url!r} needs the {kind.extra} extra: pip install 'loopwatch[{kind.extra}]'"
+        ) from exc
+    store: Store = getattr(module, kind.cls).from_url(url, **options)
+    return store

@@ -6,7 +6,8 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlparse
 
 from .base import State, Store
 
@@ -25,6 +26,19 @@ class MemoryStore(Store):
     is dropped. One lock is enough: an update takes a few microseconds, and the GIL
     serialises Python work anyway.
     """
+
+    @classmethod
+    def from_url(cls, url: str = "memory://", **options: Any) -> MemoryStore:
+        """``memory://`` with optional ``max_runs`` and ``ttl_seconds`` in the query;
+        keyword options override the URL's."""
+        query = {k: v[-1] for k, v in parse_qs(urlparse(url).query).items()}
+        opts: dict[str, Any] = {}
+        if "max_runs" in query:
+            opts["max_runs"] = int(query["max_runs"])
+        if "ttl_seconds" in query:
+            opts["ttl_seconds"] = float(query["ttl_seconds"])
+        opts.update(options)
+        return cls(**opts)
 
     def __init__(self, max_runs: int = 10_000, ttl_seconds: float | None = 3600.0) -> None:
         if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:

@@ -6,12 +6,15 @@ sniffed from the content (:mod:`.sniff`); ``format=`` forces one. Supported:
 native JSON Lines (``jsonl``), OTLP JSON with the GenAI or OpenInference
 conventions (``otlp``), OpenAI Agents SDK exports (``openai_agents``),
 LangSmith runs (``langsmith``), Langfuse traces and observations
-(``langfuse``) and deepeval span trees (``deepeval``, when its reader is
-installed). ``.gz`` files are decompressed on the fly, ``-`` is stdin.
+(``langfuse``), Claude Code sessions (``claude_code``) and deepeval span
+trees (``deepeval``, when its reader is installed). ``.gz`` files are
+decompressed on the fly, ``-`` is stdin, and a directory stands for the trace
+files under it.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 
 from .base import InputError, TraceRun, open_text
@@ -42,4 +45,21 @@ def read_runs(
     if isinstance(paths, str):
         paths = [paths]
     for path in paths:
-        yield from read_path(path, format)
+        for file in _files(path):
+            yield from read_path(file, format)
+
+
+_TRACE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
+
+
+def _files(path: str) -> list[str]:
+    """A directory stands for the trace files under it (``~/.claude/projects``), sorted."""
+    if path == "-" or not os.path.isdir(path):
+        return [path]
+    found = [
+        os.path.join(folder, name)
+        for folder, _, names in os.walk(path)
+        for name in names
+        if name.endswith(_TRACE_SUFFIXES)
+    ]
+    return sorted(found)

@@ -28,7 +28,7 @@ from typing import Any, Final
 
 import orjson
 
-from . import langfuse, langsmith, openai_agents, otlp
+from . import claude_code, coding_cli, langfuse, langsmith, openai_agents, otlp
 from ._common import Item, Reader
 from .base import InputError, TraceRun, open_binary
 from .jsonl import parse_run
@@ -106,6 +106,9 @@ _FORMATS: dict[str, tuple[Callable[[Any], bool], Callable[[str], Reader]]] = {
     "openai_agents": (openai_agents.looks_like, openai_agents.OpenAIAgentsReader),
     "langsmith": (langsmith.looks_like, langsmith.LangSmithReader),
     "langfuse": (langfuse.looks_like, langfuse.LangfuseReader),
+    "claude_code": (claude_code.looks_like, claude_code.ClaudeCodeReader),
+    "codex": (coding_cli.codex_looks_like, coding_cli.CodexReader),
+    "gemini_cli": (coding_cli.gemini_looks_like, coding_cli.GeminiSessionReader),
 }
 FORMATS = (*_FORMATS, "deepeval")
 

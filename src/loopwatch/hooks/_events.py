@@ -1,0 +1,75 @@
+"""What a coding agent's tool call and result become as loopwatch events.
+
+Shared by the hooks (live payloads) and the transcript readers (recorded
+sessions), so that a session replayed through the hook and the same session
+scanned offline see the same events: the same arguments, the same result text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import orjson
+
+__all__ = ["result_text", "tool_call", "tool_result", "user_prompt"]
+
+# Result fields that only say how long something took or where it was written:
+# they differ between two identical calls and say nothing about the outcome.
+_NOISE: Final = frozenset({"duration_ms", "durationMs", "interrupted", "isImage"})
+
+
+def result_text(response: Any) -> str:
+    """A tool's result as the text loopwatch compares.
+
+    Claude Code hands the hook (and records in transcripts as ``tool_use_result``)
+    a structured object per tool; a shell's is ``{stdout, stderr, ...}``, whose
+    text is its output. Failures come as a string (``Error: Exit code 1 ...``);
+    the leading ``Error:`` is dropped because the hook's failure payload lacks it.
+    Other objects are compared as canonical JSON. Gemini CLI's ``llmContent`` and
+    Codex's plain strings are the text as they are.
+    """
+    if response is None:
+        return ""
+    if isinstance(response, str):
+        return response[7:] if response.startswith("Error: ") else response
+    if isinstance(response, Mapping):
+        if "stdout" in response or "stderr" in response:
+            out = str(response.get("stdout") or "")
+            err = str(response.get("stderr") or "")
+            return f"{out}\n{err}" if out and err else out or err
+        if "llmContent" in response:
+            return result_text(response["llmContent"])
+        kept = {k: v for k, v in response.items() if k not in _NOISE}
+        return orjson.dumps(kept, option=orjson.OPT_SORT_KEYS, default=str).decode()
+    if isinstance(response, list):
+        parts = [
+            p.get("text") if isinstance(p, Mapping) and isinstance(p.get("text"), str) else None
+            for p in response
+        ]
+        if parts and all(p is not None for p in parts):
+            return "\n".join(p for p in parts if p is not None)
+    return orjson.dumps(response, option=orjson.OPT_SORT_KEYS, default=str).decode()
+
+
+def tool_call(name: Any, args: Any, call_id: Any) -> dict[str, Any]:
+    event: dict[str, Any] = {"kind": "tool_call", "name": str(name or ""), "args": args}
+    if call_id is not None:
+        event["id"] = str(call_id)
+    return event
+
+
+def tool_result(name: Any, call_id: Any, response: Any, error: bool) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "kind": "tool_result",
+        "name": str(name or ""),
+        "text": result_text(response),
+        "error": bool(error),
+    }
+    if call_id is not None:
+        event["id"] = str(call_id)
+    return event
+
+
+def user_prompt(text: Any) -> dict[str, Any]:
+    return {"kind": "user", "text": text if isinstance(text, str) else result_text(text)}
