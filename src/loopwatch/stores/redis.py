@@ -60,7 +60,7 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -432,28 +432,48 @@ class RedisStore(Store):
         try:
             self._fail_fast()  # the update we waited for may have found Redis stalled
             key = self.key(run_id)
-            cached = self._take(run_id)
-            conflicts = 0
+            steps = self._attempts(run_id, fn, factory, start)
+            request = next(steps)
             while True:
-                expected, state = (b"", factory()) if cached is None else cached
-                result = fn(state)
-                version, blob = os.urandom(8), state.to_bytes()
+                if isinstance(request, float):
+                    time.sleep(request)
+                    reply = None
+                else:
+                    try:
+                        reply = self._eval(key, *request)
+                    except self._errors as exc:
+                        raise self._unavailable(exc, f"updating run {run_id!r}") from exc
                 try:
-                    reply = self._eval(key, expected, version, blob)
-                except self._errors as exc:
-                    raise self._unavailable(exc, f"updating run {run_id!r}") from exc
-                if reply == 1:
-                    self._remember(run_id, (version, state))
-                    return result
-                conflicts += 1
-                cached = self._after_conflict(run_id, reply, factory)
-                wait = self._backoff(conflicts)
-                if self._gave_up(conflicts, start, wait):
-                    raise self._conflicted(run_id, conflicts, time.monotonic() - start)
-                if wait:
-                    time.sleep(wait)
+                    request = steps.send(reply)
+                except StopIteration as done:
+                    return done.value  # type: ignore[no-any-return]
         finally:
             lock.release()
+
+    def _attempts(
+        self, run_id: str, fn: Callable[[State], T], factory: Callable[[], State], start: float
+    ) -> Generator[tuple[bytes, bytes, bytes] | float, Any, T]:
+        """The compare-and-set loop without its I/O, shared by :meth:`apply` and
+        :meth:`aapply`: it yields the script's arguments ``(expected version, new
+        version, state bytes)`` and is sent the reply, or yields seconds to wait
+        before the next attempt; it returns ``fn``'s result once a write wins."""
+        cached = self._take(run_id)
+        conflicts = 0
+        while True:
+            expected, state = (b"", factory()) if cached is None else cached
+            result = fn(state)
+            version = os.urandom(8)
+            reply = yield (expected, version, state.to_bytes())
+            if reply == 1:
+                self._remember(run_id, (version, state))
+                return result
+            conflicts += 1
+            cached = self._after_conflict(run_id, reply, factory)
+            wait = self._backoff(conflicts)
+            if self._gave_up(conflicts, start, wait):
+                raise self._conflicted(run_id, conflicts, time.monotonic() - start)
+            if wait:
+                yield wait
 
     def _eval(self, key: str, expected: bytes, version: bytes, blob: bytes) -> Any:
         args = (key, expected, version, blob, self._ttl_ms)
@@ -479,31 +499,24 @@ class RedisStore(Store):
         try:
             self._fail_fast()
             key = self.key(run_id)
-            cached = self._take(run_id)
-            conflicts = 0
+            steps = self._attempts(run_id, fn, factory, start)
+            request = next(steps)
             while True:
-                expected, state = (b"", factory()) if cached is None else cached
-                result = fn(state)
-                version, blob = os.urandom(8), state.to_bytes()
-                left = self.timeout - (time.monotonic() - start)
-                if left <= 0:
-                    raise self._conflicted(run_id, conflicts, time.monotonic() - start)
+                if isinstance(request, float):
+                    await asyncio.sleep(request)
+                    reply = None
+                else:
+                    left = self.timeout - (time.monotonic() - start)
+                    if left <= 0:
+                        raise self._conflicted(run_id, 0, time.monotonic() - start)
+                    try:
+                        reply = await asyncio.wait_for(self._aeval(client, key, *request), left)
+                    except self._async_errors as exc:
+                        raise self._unavailable(exc, f"updating run {run_id!r}") from exc
                 try:
-                    reply = await asyncio.wait_for(
-                        self._aeval(client, key, expected, version, blob), left
-                    )
-                except self._async_errors as exc:
-                    raise self._unavailable(exc, f"updating run {run_id!r}") from exc
-                if reply == 1:
-                    self._remember(run_id, (version, state))
-                    return result
-                conflicts += 1
-                cached = self._after_conflict(run_id, reply, factory)
-                wait = self._backoff(conflicts)
-                if self._gave_up(conflicts, start, wait):
-                    raise self._conflicted(run_id, conflicts, time.monotonic() - start)
-                if wait:
-                    await asyncio.sleep(wait)
+                    request = steps.send(reply)
+                except StopIteration as done:
+                    return done.value  # type: ignore[no-any-return]
         finally:
             lock.release()
 
