@@ -123,8 +123,7 @@ def test_stdin_and_gzip(
 def test_parallel_scan_keeps_input_order(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from loopwatch.cli import scan_stream
-    from loopwatch.scan import Report
+    from loopwatch.scan import Report, scan_stream
     from loopwatch.traces import read_runs
 
     runs = load_scenarios() * 40

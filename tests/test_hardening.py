@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from loopwatch import Config, Guard, scan
-from loopwatch.cli import ScanFailure, main, scan_stream
+from loopwatch.cli import main
 from loopwatch.events import Event
-from loopwatch.scan import Report, Scanner
+from loopwatch.scan import Report, ScanFailure, Scanner, scan_stream
 from loopwatch.traces import read_runs
 
 DEPTH = 500

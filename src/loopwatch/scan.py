@@ -8,11 +8,16 @@ warned and stopped.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Final
+
+import orjson
 
 from .config import Config
 from .detectors import Detector
@@ -20,8 +25,9 @@ from .engine import Engine, new_state
 from .events import MODEL, TOOL_CALL, Event
 from .findings import Finding, Severity
 from .policy import Policy
+from .traces.base import InputError, TraceRun
 
-__all__ = ["Report", "Scanner", "scan"]
+__all__ = ["Report", "ScanFailure", "Scanner", "scan", "scan_one", "scan_stream"]
 
 # Score per detector: 1.0 when silent; a warning alone costs a little (suspicious,
 # not proven); a stop costs most of it, and each further stop a little more.
@@ -316,3 +322,121 @@ def scan(
     ``detectors`` replaces the configured detector set, as in ``Guard(detectors=...)``.
     """
     return Scanner(config, detectors).scan(run)
+
+
+# -- many runs, in order, on several processes ---------------------------------------
+_CHUNK_EVENTS: Final = 20_000  # events per unit of work sent to a worker process
+_worker_scanner: Scanner | None = None
+
+
+class ScanFailure(InputError):
+    """A run that was read but could not be scanned: a loopwatch bug, reported like
+    unreadable input (``path:line: reason``) so that one run cannot end the scan."""
+
+    __slots__ = ()
+
+
+def _init_worker(config: Config) -> None:
+    global _worker_scanner
+    _worker_scanner = Scanner(config)
+
+
+def scan_one(scanner: Scanner, run: TraceRun) -> Report | ScanFailure:
+    """Scan one run; an exception becomes a ScanFailure for that run alone."""
+    try:
+        return scanner.scan(run.to_dict())
+    except Exception as exc:  # a bug must cost one run, not the rest of the input
+        return _failure(run, f"{type(exc).__name__}: {exc}")
+
+
+def _failure(run: TraceRun, why: str) -> ScanFailure:
+    return ScanFailure(
+        run.path,
+        run.line,
+        f"run {run.run_id!r} could not be scanned ({why}); "
+        "this is a loopwatch bug, please report it",
+    )
+
+
+def _scan_chunk(runs: list[bytes]) -> list[Report | str]:
+    """Worker side: runs arrive as JSON bytes (compact, and unlike pickle of nested
+    dicts, bounded in recursion); a run that fails comes back as its error text."""
+    scanner = _worker_scanner
+    assert scanner is not None
+    out: list[Report | str] = []
+    for raw in runs:
+        try:
+            out.append(scanner.scan(orjson.loads(raw)))
+        except Exception as exc:
+            out.append(f"{type(exc).__name__}: {exc}")
+    return out
+
+
+def _chunks(items: Iterator[TraceRun | InputError]) -> Iterator[list[TraceRun | InputError]]:
+    """Group runs (and errors, kept in place) into chunks of about _CHUNK_EVENTS events."""
+    chunk: list[TraceRun | InputError] = []
+    size = 0
+    for item in items:
+        chunk.append(item)
+        if isinstance(item, TraceRun):
+            size += len(item.events) + 1
+        if size >= _CHUNK_EVENTS:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def scan_stream(
+    items: Iterator[TraceRun | InputError], config: Config, jobs: int = 1
+) -> Iterator[InputError | Report]:
+    """Scan runs in input order, on ``jobs`` processes, with bounded memory.
+
+    Yields each input error where it occurred and, for each run, a Report or a
+    :class:`ScanFailure` (never an exception: one run cannot lose the others). At
+    most ``2 * jobs`` chunks are in flight, so memory does not grow with the input.
+    A run that cannot travel to a worker as JSON (nesting past orjson's limit) is
+    scanned in this process instead.
+    """
+    scanner = Scanner(config)
+    if jobs <= 1:
+        for item in items:
+            yield item if isinstance(item, InputError) else scan_one(scanner, item)
+        return
+    ctx = multiprocessing.get_context("spawn" if sys.platform == "darwin" else "fork")
+    with ctx.Pool(jobs, initializer=_init_worker, initargs=(config,)) as pool:
+        pending: deque[tuple[list[TraceRun | InputError], list[bool], Any]] = deque()
+        for chunk in _chunks(items):
+            payload: list[bytes] = []
+            shipped: list[bool] = []  # per run of the chunk: sent to a worker?
+            for item in chunk:
+                if isinstance(item, TraceRun):
+                    try:
+                        payload.append(orjson.dumps(item.to_dict()))
+                        shipped.append(True)
+                    except TypeError:  # too deep for orjson (or not JSON at all)
+                        shipped.append(False)
+            pending.append((chunk, shipped, pool.apply_async(_scan_chunk, (payload,))))
+            while len(pending) > 2 * jobs:
+                yield from _drain(scanner, *pending.popleft())
+        while pending:
+            yield from _drain(scanner, *pending.popleft())
+
+
+def _drain(
+    scanner: Scanner, chunk: list[TraceRun | InputError], shipped: list[bool], result: Any
+) -> Iterator[InputError | Report]:
+    try:
+        reports: Iterator[Report | str] | None = iter(result.get())
+    except Exception:  # the worker or the pipe failed: scan the chunk here instead
+        reports = None
+    runs = iter(shipped)
+    for item in chunk:
+        if isinstance(item, InputError):
+            yield item
+            continue
+        if next(runs) and reports is not None:
+            got = next(reports)
+            yield got if isinstance(got, Report) else _failure(item, got)
+        else:
+            yield scan_one(scanner, item)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
-
-import orjson
 
 from .base import InputError, TraceRun
 
-__all__ = ["parse_run", "read_jsonl", "read_jsonl_lines"]
+__all__ = ["parse_run", "read_jsonl"]
 
 
 def parse_run(obj: Any, path: str = "", line: int | None = None) -> TraceRun | InputError:
@@ -27,19 +25,6 @@ def parse_run(obj: Any, path: str = "", line: int | None = None) -> TraceRun | I
     meta = obj.get("meta")
     extra = {k: v for k, v in obj.items() if k not in ("run_id", "events", "meta")}
     return TraceRun(str(run_id), events, meta if isinstance(meta, dict) else {}, extra, path, line)
-
-
-def read_jsonl_lines(lines: Iterable[str], path: str) -> Iterator[TraceRun | InputError]:
-    """Parse native runs from lines; a bad line yields an error and reading goes on."""
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            yield InputError(path, number, f"invalid JSON: {exc}")
-            continue
-        yield parse_run(obj, path, number)
 
 
 def read_jsonl(path: str) -> Iterator[TraceRun | InputError]:
