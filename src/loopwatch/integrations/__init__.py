@@ -13,17 +13,15 @@ and holding the warnings that wait for the model's next request.
 
 from __future__ import annotations
 
-import json
-import logging
-import threading
-from collections import OrderedDict
-from collections.abc import Mapping
-from typing import Any, Final
-
-import orjson
-
-from ..findings import Action, StoreUnavailable, Verdict
-from ..guard import Guard
+from ._common import (
+    PendingWarnings,
+    aobserve_safely,
+    content_text,
+    make_guard,
+    missing_extra,
+    observe_safely,
+)
+from .decorator import current_run, watch
 
 __all__ = [
     "PendingWarnings",
@@ -35,153 +33,3 @@ __all__ = [
     "observe_safely",
     "watch",
 ]
-
-log = logging.getLogger("loopwatch")
-
-_PENDING_RUNS_MAX: Final = 10_000
-_PENDING_PER_RUN_MAX: Final = 16
-
-
-def missing_extra(
-    exc: ModuleNotFoundError, modules: tuple[str, ...], extra: str, what: str
-) -> ModuleNotFoundError:
-    """The error to raise when an adapter's framework is not installed.
-
-    A bare ``No module named 'agents'`` does not say that loopwatch needed it nor how
-    to get it; this one names the extra to install. A missing module that is not the
-    framework's (a broken install further down) is returned unchanged.
-    """
-    missing = (exc.name or "").split(".")[0]
-    if missing not in modules:
-        return exc
-    return ModuleNotFoundError(
-        f"this loopwatch integration needs {what}, which is not installed "
-        f'(no module named {exc.name!r}): pip install "loopwatch[{extra}]"',
-        name=exc.name,
-    )
-
-
-def make_guard(guard: Guard | None, config: Mapping[str, Any]) -> Guard:
-    """The guard an adapter uses: the one given, or a new one built from ``config``.
-
-    Passing both is refused: silently ignoring the keywords would leave the user
-    believing a threshold is in force when it is not.
-    """
-    if guard is not None:
-        if config:
-            raise TypeError(
-                "pass either guard=... or configuration keywords "
-                f"({', '.join(sorted(config))}), not both: the keywords would be ignored"
-            )
-        return guard
-    return Guard(**dict(config))
-
-
-def _failed(exc: Exception) -> Verdict:
-    log.exception("loopwatch: observing a step failed; letting it through")
-    return Verdict(Action.OK, -1, message=f"[loopwatch] observing failed: {exc}")
-
-
-def observe_safely(guard: Guard, run_id: str, event: Mapping[str, Any]) -> Verdict:
-    """``guard.observe`` that never breaks the agent for a loopwatch bug.
-
-    ``StoreUnavailable`` still propagates: the guard raises it only when the user
-    chose ``on_store_error="raise"``. Anything else is logged and the step is let
-    through, as the guard itself does for an unreachable store by default.
-    """
-    try:
-        return guard.observe(run_id, event)
-    except StoreUnavailable:
-        raise
-    except Exception as exc:
-        return _failed(exc)
-
-
-async def aobserve_safely(guard: Guard, run_id: str, event: Mapping[str, Any]) -> Verdict:
-    """Async :func:`observe_safely`."""
-    try:
-        return await guard.aobserve(run_id, event)
-    except StoreUnavailable:
-        raise
-    except Exception as exc:
-        return _failed(exc)
-
-
-def content_text(content: Any) -> str:
-    """Text of a message or tool output: a string as is, content blocks joined,
-    anything else as JSON (so a structured result still has a stable fingerprint)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts: list[str] = []
-        for block in content:
-            if isinstance(block, str):
-                parts.append(block)
-            elif isinstance(block, Mapping):
-                text = block.get("text")
-                if isinstance(text, str):
-                    parts.append(text)
-                else:
-                    parts.append(_json(block))
-            else:
-                parts.append(str(block))
-        return "\n".join(parts)
-    if isinstance(content, Mapping):
-        return _json(content)
-    return str(content)
-
-
-def _json(value: Any) -> str:
-    try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str).decode()
-    except TypeError:  # beyond orjson: integers over 64 bits, non-str keys...
-        return json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
-
-
-class PendingWarnings:
-    """Warnings waiting for a run's next model request; thread-safe and bounded.
-
-    A warning is shown once, in the next request only, and never written into the
-    conversation history: a warning persisted in the history would be seen again on
-    every later turn, and one placed mid-history makes some providers reject it.
-    Bounded so that runs which never make another model call do not leak.
-    """
-
-    def __init__(self, max_runs: int = _PENDING_RUNS_MAX) -> None:
-        self._runs: OrderedDict[str, list[str]] = OrderedDict()
-        self._lock = threading.Lock()
-        self._max_runs = max_runs
-
-    def add(self, run_id: str, message: str | None) -> None:
-        if not message:
-            return
-        with self._lock:
-            queue = self._runs.pop(run_id, [])
-            if message not in queue:
-                queue.append(message)
-                del queue[:-_PENDING_PER_RUN_MAX]
-            self._runs[run_id] = queue
-            while len(self._runs) > self._max_runs:
-                self._runs.popitem(last=False)
-
-    def take(self, run_id: str) -> list[str]:
-        """Remove and return the run's pending warnings (oldest first)."""
-        with self._lock:
-            return self._runs.pop(run_id, [])
-
-    def peek(self, run_id: str) -> list[str]:
-        with self._lock:
-            return list(self._runs.get(run_id, ()))
-
-    def discard(self, run_id: str) -> None:
-        with self._lock:
-            self._runs.pop(run_id, None)
-
-    def __len__(self) -> int:
-        return len(self._runs)
-
-
-# The decorator uses the helpers above, so it is imported after them.
-from .decorator import current_run, watch  # noqa: E402

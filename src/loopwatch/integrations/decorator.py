@@ -35,7 +35,7 @@ from typing import Any, Final, TypeVar, overload
 
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
-from . import aobserve_safely, content_text, make_guard, observe_safely
+from ._common import aobserve_safely, content_text, make_guard, observe_safely
 
 __all__ = ["DEFAULT_RUN", "current_run", "watch"]
 

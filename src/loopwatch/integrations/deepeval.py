@@ -37,7 +37,7 @@ try:
     from deepeval.metrics.utils import construct_verbose_logs  # both 3.x and 4.x export it here
     from deepeval.test_case import LLMTestCase
 except ModuleNotFoundError as _exc:  # the framework is an extra
-    from . import missing_extra
+    from ._common import missing_extra
 
     raise missing_extra(_exc, ("deepeval",), "deepeval", "deepeval") from _exc
 

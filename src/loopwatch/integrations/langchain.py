@@ -47,7 +47,7 @@ try:
     from langgraph.types import Command
     from typing_extensions import NotRequired
 except ModuleNotFoundError as _exc:  # the framework is an extra
-    from . import missing_extra
+    from ._common import missing_extra
 
     raise missing_extra(
         _exc,
@@ -58,7 +58,13 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
-from . import PendingWarnings, aobserve_safely, content_text, make_guard, observe_safely
+from ._common import (
+    PendingWarnings,
+    aobserve_safely,
+    content_text,
+    make_guard,
+    observe_safely,
+)
 
 __all__ = ["LoopwatchCallbackHandler", "LoopwatchMiddleware", "LoopwatchState"]
 

@@ -47,7 +47,7 @@ try:
         ToolInputGuardrailData,
     )
 except ModuleNotFoundError as _exc:  # the framework is an extra
-    from . import missing_extra
+    from ._common import missing_extra
 
     raise missing_extra(
         _exc, ("agents",), "openai-agents", "the OpenAI Agents SDK (openai-agents)"
@@ -55,7 +55,7 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
-from . import PendingWarnings, aobserve_safely, content_text, make_guard
+from ._common import PendingWarnings, aobserve_safely, content_text, make_guard
 
 __all__ = ["LoopTripwire", "LoopwatchAgents", "LoopwatchRun", "LoopwatchRunHooks", "loop_verdict"]
 
