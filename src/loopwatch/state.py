@@ -219,9 +219,10 @@ class RunState:
         st = self.slots.get(name)
         if st is None:
             st = self.slots[name] = cls()
-        elif type(st) is not cls:
-            raise StateError(f"slot {name!r} holds a {type(st).__name__}, not {cls.__name__}")
-        return st
+            return st
+        if st.__class__ is cls:  # the hot path: one dict lookup, one identity test
+            return st
+        raise StateError(f"slot {name!r} holds a {type(st).__name__}, not {cls.__name__}")
 
     def dump(self) -> list[Any]:
         """The JSON-compatible form (what :meth:`to_bytes` encodes)."""
