@@ -464,3 +464,42 @@ def test_odd_attribute_values_never_crash_the_reader(attrs: list[dict[str, Any]]
         for item in read_runs(str(path)):
             if isinstance(item, TraceRun):
                 scan(item.to_dict(), Config())
+
+
+# -- every exporter's fixture: the guard replaying it agrees with the scan ---------------------
+def _fixtures() -> dict[str, Any]:
+    return {
+        "openai-v2 default, healthy": lambda: tc.openai_v2_trace(HEALTHY, {"search": search}),
+        "openai-v2 tool spans, healthy": lambda: tc.openai_v2_trace(
+            HEALTHY, {"search": search}, tool_spans=True
+        ),
+        "openai-v2 captured, looping": lambda: tc.openai_v2_trace(
+            LOOPING, {"search": search}, capture=True, tool_spans=True
+        ),
+        "openai-v2 parentless, looping": lambda: tc.openai_v2_trace(
+            LOOPING, {"search": search}, capture=True, agent_span=False
+        ),
+        "agents-v2 healthy": lambda: tc.openai_agents_v2_trace(AGENTS_HEALTHY, _agents_tools()),
+        "agents-v2 looping": lambda: tc.openai_agents_v2_trace(AGENTS_LOOPING, _agents_tools()),
+        "langfuse v5 looping": lambda: tc.langfuse_v5_trace(LF_LOOPING, {"web_search": web_search}),
+        "langfuse v5 healthy": lambda: tc.langfuse_v5_trace(LF_HEALTHY, {"web_search": web_search}),
+    }
+
+
+@pytest.mark.parametrize("name", list(_fixtures()))
+def test_guard_replay_agrees_with_the_scan_on_every_exporter_fixture(
+    tmp_path: Path, name: str
+) -> None:
+    from loopwatch import Guard
+
+    runs, _ = read(tmp_path, _fixtures()[name]())
+    assert runs
+    for run in runs:
+        report = scan(run.to_dict(), Config())
+        guard = Guard(Config())
+        actions = [guard.observe(run.run_id, ev).action.value for ev in run.events]
+        first_warn = next((i for i, a in enumerate(actions) if a != "ok"), None)
+        first_stop = next((i for i, a in enumerate(actions) if a in ("stop", "skip")), None)
+        assert (first_warn, first_stop) == (report.first_warn, report.first_stop), name
+        # healthy runs stay clean, looping ones are stopped
+        assert (report.verdict == "ok") is ("healthy" in name), (name, report.to_dict())
