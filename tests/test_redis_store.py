@@ -124,7 +124,7 @@ def test_bad_urls_and_options_fail_at_construction(
 def test_missing_redis_py_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "redis", None)
     monkeypatch.setitem(sys.modules, "redis.asyncio", None)
-    with pytest.raises(ImportError, match=r"pip install 'loopwatch\[redis\]'"):
+    with pytest.raises(ImportError, match=r'pip install "loopwatch\[redis\]"'):
         store_from_url("redis://localhost:6379/0")
 
 

