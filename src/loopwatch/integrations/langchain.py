@@ -1,4 +1,4 @@
-"""LangChain v1 / LangGraph: an agent middleware and a callback handler.
+"""LangChain v1 / LangGraph: the agent middleware.
 
 ``LoopwatchMiddleware`` plugs into ``create_agent(..., middleware=[...])``:
 
@@ -14,21 +14,18 @@
 
 The run id is the LangGraph thread id, else one id per invocation.
 
-``LoopwatchCallbackHandler`` observes any LangChain or LangGraph app through
-callbacks; it cannot rewrite a request or a tool result, so ``skip`` and ``stop``
-both raise :class:`~loopwatch.LoopDetected` before the tool runs, and warnings are
-logged and kept on the handler.
+``LoopwatchCallbackHandler`` (in :mod:`.langchain_callbacks`, importable from here)
+observes any LangChain or LangGraph app through callbacks; it cannot rewrite a
+request or a tool result, so ``skip`` and ``stop`` both raise
+:class:`~loopwatch.LoopDetected` before the tool runs.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Final
-from uuid import UUID
 
 try:
     from langchain.agents.middleware import (
@@ -40,9 +37,7 @@ try:
         hook_config,
     )
     from langchain.agents.middleware.types import ModelCallResult, PrivateStateAttr
-    from langchain_core.callbacks import BaseCallbackHandler
     from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
-    from langchain_core.outputs import ChatGeneration, LLMResult
     from langgraph.channels.untracked_value import UntrackedValue
     from langgraph.types import Command
     from typing_extensions import NotRequired
@@ -51,7 +46,7 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
     raise missing_extra(_exc, "langchain", "LangChain (langchain and langgraph)") from _exc
 
-from ..findings import Action, LoopDetected, Verdict
+from ..findings import Action, Verdict
 from ..guard import Guard
 from ._common import (
     PendingWarnings,
@@ -60,6 +55,10 @@ from ._common import (
     make_guard,
     observe_safely,
 )
+
+# The callback handler lives in its own module (one job per file); both are
+# importable from here, as the README shows.
+from .langchain_callbacks import LoopwatchCallbackHandler
 
 __all__ = ["LoopwatchCallbackHandler", "LoopwatchMiddleware", "LoopwatchState"]
 
@@ -417,186 +416,3 @@ def _error_event(request: ToolCallRequest, exc: BaseException) -> dict[str, Any]
         "text": f"{type(exc).__name__}: {exc}",
         "error": True,
     }
-
-
-# -- callback handler --------------------------------------------------------------------
-_ROOTS_MAX: Final = 100_000
-
-
-class LoopwatchCallbackHandler(BaseCallbackHandler):
-    """Observes any LangChain / LangGraph app through callbacks.
-
-    ``raise_error = True`` makes LangChain propagate :class:`LoopDetected` from
-    ``on_tool_start``, so a ``stop`` (or ``skip``: a callback cannot replace a tool's
-    result, so not running it means raising) ends the run before the tool runs.
-    Warnings are logged and kept in :attr:`warnings`.
-
-    The run id is ``run_id=`` if given, else the LangGraph ``thread_id`` from the
-    callback metadata, else the id of the outermost LangChain run.
-    """
-
-    raise_error = True
-    run_inline = True  # observe in order, in the caller's thread / event loop
-
-    def __init__(
-        self, guard: Guard | None = None, *, run_id: str | None = None, **config: Any
-    ) -> None:
-        super().__init__()
-        self.guard = make_guard(guard, config)
-        self.fixed_run_id = run_id
-        self.warnings: list[Verdict] = []
-        self._roots: OrderedDict[UUID, str] = OrderedDict()
-        self._tools: dict[UUID, tuple[str, str]] = {}  # callback run -> (tool name, run id)
-        self._lock = threading.Lock()
-
-    def _run_for(
-        self, run_id: UUID, parent_run_id: UUID | None, metadata: dict[str, Any] | None
-    ) -> str:
-        with self._lock:
-            if run_id in self._roots:
-                return self._roots[run_id]
-            if self.fixed_run_id is not None:
-                root = self.fixed_run_id
-            elif metadata and metadata.get("thread_id"):
-                root = str(metadata["thread_id"])
-            elif parent_run_id is not None and parent_run_id in self._roots:
-                root = self._roots[parent_run_id]
-            else:
-                root = str(parent_run_id or run_id)
-            self._roots[run_id] = root
-            while len(self._roots) > _ROOTS_MAX:
-                self._roots.popitem(last=False)
-            return root
-
-    def _handle(self, verdict: Verdict, *, before_tool: bool) -> None:
-        if verdict.action is Action.STOP or (before_tool and verdict.action is Action.SKIP):
-            raise LoopDetected(verdict)
-        if verdict.action is not Action.OK:
-            self.warnings.append(verdict)
-            log.warning("%s", verdict.message)
-
-    def on_chain_start(
-        self,
-        serialized: dict[str, Any] | None,
-        inputs: Any,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        self._run_for(run_id, parent_run_id, metadata)
-
-    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        with self._lock:
-            self._roots.pop(run_id, None)
-
-    def on_chat_model_start(
-        self,
-        serialized: dict[str, Any] | None,
-        messages: list[list[Any]],
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        self._run_for(run_id, parent_run_id, metadata)
-
-    def on_llm_start(
-        self,
-        serialized: dict[str, Any] | None,
-        prompts: list[str],
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        self._run_for(run_id, parent_run_id, metadata)
-
-    def on_llm_end(
-        self,
-        response: LLMResult,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        **kwargs: Any,
-    ) -> None:
-        run = self._run_for(run_id, parent_run_id, kwargs.get("metadata"))
-        with self._lock:
-            self._roots.pop(run_id, None)
-        for generations in response.generations[:1]:
-            for generation in generations[:1]:
-                event: dict[str, Any] = {"kind": "model", "text": generation.text}
-                if isinstance(generation, ChatGeneration):
-                    message = generation.message
-                    event["text"] = content_text(message.content)
-                    usage = getattr(message, "usage_metadata", None)
-                    if usage:
-                        event["tokens"] = usage.get("total_tokens", 0)
-                self._handle(observe_safely(self.guard, run, event), before_tool=False)
-
-    def on_tool_start(
-        self,
-        serialized: dict[str, Any] | None,
-        input_str: str,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        metadata: dict[str, Any] | None = None,
-        inputs: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        run = self._run_for(run_id, parent_run_id, metadata)
-        name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
-        with self._lock:
-            self._tools[run_id] = (name, run)
-        event = {
-            "kind": "tool_call",
-            "name": name,
-            "args": inputs if inputs is not None else input_str,
-            "id": str(run_id),
-        }
-        try:
-            self._handle(observe_safely(self.guard, run, event), before_tool=True)
-        except LoopDetected:
-            with self._lock:
-                self._tools.pop(run_id, None)
-                self._roots.pop(run_id, None)
-            raise
-
-    def _tool_done(self, run_id: UUID) -> tuple[str, str] | None:
-        with self._lock:
-            self._roots.pop(run_id, None)
-            return self._tools.pop(run_id, None)
-
-    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        known = self._tool_done(run_id)
-        if known is None:
-            return
-        name, run = known
-        message = output if isinstance(output, ToolMessage) else None
-        text = content_text(message.content if message is not None else output)
-        event = {
-            "kind": "tool_result",
-            "name": name,
-            "id": str(run_id),
-            "text": text,
-            "error": message is not None and message.status == "error",
-        }
-        self._handle(observe_safely(self.guard, run, event), before_tool=False)
-
-    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        known = self._tool_done(run_id)
-        if known is None or isinstance(error, LoopDetected):
-            return
-        name, run = known
-        event = {
-            "kind": "tool_result",
-            "name": name,
-            "id": str(run_id),
-            "text": f"{type(error).__name__}: {error}",
-            "error": True,
-        }
-        self._handle(observe_safely(self.guard, run, event), before_tool=False)
