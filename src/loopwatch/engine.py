@@ -98,9 +98,6 @@ class Engine:
                     state.pending.pop(event.id, None)
                 return []
             call = _record_result(state, event, step)
-        detectors = self._by_kind.get(kind)
-        if not detectors:
-            return []
         if kind == TOOL_CALL:
             novel = call.novel if call is not None else True
         elif kind in (TOOL_RESULT, USER):
@@ -108,6 +105,11 @@ class Engine:
             novel = _note_seen(state, key)
         else:
             novel = False
+        if novel:
+            state.news += 1
+        detectors = self._by_kind.get(kind)
+        if not detectors:
+            return []
         ctx = Context(step, event, state, call, novel)
         findings: list[Finding] = []
         for det in detectors:

@@ -126,6 +126,7 @@ def mask_volatile(text: str) -> str:
 # Fields whose value is how long something took ("durationMs": 5, elapsed=0.3):
 # tools append them to otherwise identical results.
 _TIMING_FIELD = re.compile(r"duration|elapsed|latency|took", re.IGNORECASE)
+_FIELD_ENDS: Final = (":", "=")
 
 
 def fold_and_mask(text: str) -> str:
@@ -144,7 +145,7 @@ def fold_and_mask(text: str) -> str:
             tokens[i] = "#"  # the value of a field named as a duration
         elif len(tok) >= 8 and not tok.isalpha():
             tokens[i] = sub("#", tok)
-        timing = tok[-1:] in (":", "=") and _TIMING_FIELD.search(tok) is not None
+        timing = tok.endswith(_FIELD_ENDS) and _TIMING_FIELD.search(tok) is not None
     return " ".join(tokens)
 
 
@@ -240,10 +241,11 @@ _NOOP_PROGRAMS: Final = frozenset({":", "true"})
 
 def shell_command(args: Any) -> str | None:
     """The command line a shell tool was given, or None for other tools."""
-    args = maybe_json(args)
-    if isinstance(args, str):
-        return None
-    if isinstance(args, Mapping):
+    if type(args) is not dict:  # the common case skips the decoding and ABC checks
+        args = maybe_json(args)
+        if not isinstance(args, Mapping):
+            return None
+    if args:
         for key in _COMMAND_KEYS:
             value = args.get(key)
             if isinstance(value, str):
@@ -423,6 +425,7 @@ _OUTCOME_CACHE: dict[str, str] = {}
 
 _TRUE: Final = (True, 1, "true", "True", "TRUE")
 _KNOWABLE: Final = frozenset({"args", "text"})
+_NOTHING_UNKNOWN: Final[frozenset[str]] = frozenset()
 
 
 # Characters folded and masked at each end of a long text; its middle is hashed
@@ -516,7 +519,7 @@ class Event:
         agent: str | None = None,
         to: str | None = None,
         extra: dict[str, Any] | None = None,
-        unknown: frozenset[str] = frozenset(),
+        unknown: frozenset[str] = _NOTHING_UNKNOWN,
     ) -> None:
         self.kind = kind
         self.name = name
@@ -562,8 +565,9 @@ class Event:
         name = get("name")
         ident = get("id")
         parent = get("parent")
-        unknown = data.keys() - cls._FIELDS
-        extra = {k: data[k] for k in unknown} if unknown else None
+        unknown_fields = get("unknown")
+        others = data.keys() - cls._FIELDS
+        extra = {k: data[k] for k in others} if others else None
         return cls(
             kind=kind if isinstance(kind, str) else "",
             name=None if name is None else str(name),
@@ -578,7 +582,7 @@ class Event:
             agent=None if get("agent") is None else str(get("agent")),
             to=None if get("to") is None else str(get("to")),
             extra=extra,
-            unknown=_unknown_fields(get("unknown")),
+            unknown=_NOTHING_UNKNOWN if unknown_fields is None else _unknown_fields(unknown_fields),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -184,6 +184,7 @@ class RunState:
         "epoch",
         "n",
         "ncalls",
+        "news",
         "pending",
         "reset_reason",
         "rseen",
@@ -204,6 +205,8 @@ class RunState:
         self.pending: dict[str, int] = {}  # call id -> call step, awaiting its result
         self.epoch = 0  # progress marker: novel calls made, minus those that failed
         self.ncalls = 0  # tool calls observed in the whole run
+        self.news = 0  # events that brought something new: a call not in the window,
+        # a result or user input not among the recent ones (Context.novel)
         self.warned: dict[str, int] = {}  # "detector:pattern" already warned -> step
         self.turn = 0  # model turns so far (see Context.turn)
         self.talks = False  # whether the run has model events at all
@@ -235,6 +238,7 @@ class RunState:
             self.pending,
             self.epoch,
             self.ncalls,
+            self.news,
             self.warned,
             self.turn,
             self.talks,
@@ -273,7 +277,7 @@ class RunState:
                 f"run state of format {version!r}, this loopwatch reads {STATE_VERSION}"
             )
         try:
-            _, n, calls, seen, rseen, pending, epoch, ncalls, warned, *rest = raw
+            _, n, calls, seen, rseen, pending, epoch, ncalls, news, warned, *rest = raw
             turn, talks, skips, user_step, slots = rest
             st = cls()
             st.n = int(n)
@@ -281,6 +285,7 @@ class RunState:
             st.seen, st.rseen, st.pending, st.warned = seen, rseen, pending, warned
             st.epoch, st.ncalls, st.turn, st.talks, st.skips = epoch, ncalls, turn, talks, skips
             st.user_step = user_step
+            st.news = news
             for name, (kind, value) in slots.items():
                 slot_cls = DetectorState.registry.get(kind)
                 if slot_cls is None:

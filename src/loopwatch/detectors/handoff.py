@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any, Final, final
 
 from ..embeddings import Comparer, Embedder, EmbeddingCache, resolve_embedder
-from ..events import MODEL, SPAN, TOOL_CALL, TOOL_RESULT, USER
+from ..events import MODEL, SPAN
 from ..findings import Finding, Severity
 from ..state import DetectorState, Record, dump_map, load_map
 from ..text import WORD, fingerprint
-from .base import Context, Detector, note_novelty, preview, severity_for, trim
+from .base import Context, Detector, preview, severity_for, trim
 
 __all__ = ["PingPong"]
 
@@ -87,22 +87,21 @@ class Exchange(Record):
 class PingPongState(DetectorState):
     """Exchanges by agent pair, who addressed whom, and agent spans by id."""
 
-    __slots__ = ("asked", "last", "mark", "pairs", "spans")
+    __slots__ = ("asked", "last", "pairs", "spans")
 
     def __init__(self) -> None:
-        self.mark = 0  # novelty mark (see note_novelty)
         self.last: str | None = None  # the last sender
         self.pairs: dict[str, Exchange] = {}  # "a<>b" -> exchange (LRU, at most 8)
         self.asked: dict[str, str] = {}  # agent -> who last addressed it
         self.spans: dict[str, str] = {}  # span id -> agent name
 
     def dump(self) -> Any:
-        return [self.mark, self.last, dump_map(self.pairs), self.asked, self.spans]
+        return [self.last, dump_map(self.pairs), self.asked, self.spans]
 
     @classmethod
     def load(cls, data: Any) -> PingPongState:
         st = cls()
-        st.mark, st.last, pairs, st.asked, st.spans = data
+        st.last, pairs, st.asked, st.spans = data
         st.pairs = load_map(Exchange, pairs)
         return st
 
@@ -147,7 +146,9 @@ class PingPong(Detector):
     """
 
     name = "ping_pong"
-    kinds = frozenset({MODEL, SPAN, TOOL_CALL, TOOL_RESULT, USER})
+    # Messages and handoffs only: "has anything new happened since?" is the run's
+    # count of new calls, results and inputs (RunState.news), kept by the engine.
+    kinds = frozenset({MODEL, SPAN})
 
     def __init__(
         self,
@@ -171,11 +172,6 @@ class PingPong(Detector):
 
     def observe(self, ctx: Context) -> Finding | None:
         st = ctx.state.slot(self.name, PingPongState)
-        ev = ctx.event
-        kind = ev.kind
-        if kind in (TOOL_CALL, TOOL_RESULT, USER):
-            note_novelty(st, ctx)
-            return None
         sender, recipient, text = self._message(st, ctx)
         if sender is None:
             return None
@@ -186,7 +182,7 @@ class PingPong(Detector):
         pair = "<>".join(sorted((sender, recipient)))
         pairs = st.pairs
         entry = pairs.pop(pair, None)
-        mark = st.mark
+        mark = ctx.state.news
         if entry is None or entry.mark != mark:
             entry = Exchange(mark)
         words = _content(text)

@@ -57,14 +57,20 @@ class MemoryStore(Store):
         self._runs: OrderedDict[str, tuple[float, State]] = OrderedDict()
         self._lock = threading.Lock()
         self._clock = time.monotonic
+        self._next_sweep = 0.0
 
     def apply(self, run_id: str, fn: Callable[[State], T], factory: Callable[[], State]) -> T:
         now = self._clock()
         with self._lock:
-            self._expire(now)
+            if now >= self._next_sweep:
+                self._expire(now)
             runs = self._runs
             item = runs.pop(run_id, None)
-            state = factory() if item is None else item[1]
+            ttl = self.ttl_seconds
+            if item is None or (ttl is not None and now - item[0] > ttl):
+                state = factory()  # new, or idle past its TTL: starts afresh
+            else:
+                state = item[1]
             runs[run_id] = (now, state)  # the most recently used end
             if len(runs) > self.max_runs:
                 runs.popitem(last=False)
@@ -76,6 +82,9 @@ class MemoryStore(Store):
         ttl = self.ttl_seconds
         if ttl is None:
             return
+        # The run being accessed is checked on its own (apply); the others are swept
+        # at most every second (or every TTL, if shorter), not on every step.
+        self._next_sweep = now + min(ttl, 1.0)
         runs = self._runs
         while runs:
             run_id, (touched, _) = next(iter(runs.items()))
