@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .config import Config
@@ -52,7 +52,7 @@ class Guard:
         self,
         config: Config | None = None,
         *,
-        detectors: Any = None,
+        detectors: Iterable[Detector] | None = None,
         store: Store | str | None = None,
         **options: Any,
     ) -> None:

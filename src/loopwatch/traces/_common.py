@@ -415,3 +415,50 @@ def orphan_error(path: str, orphans: list[Node], run_id: str) -> InputError:
         f"run {run_id!r}: span {first.id!r} has parent {first.parent!r}, which is not in "
         f"the input{more}; read as a top-level span",
     )
+
+
+# -- shared by the readers of exporters that can leave values out ---------------------
+_NOTES_MAX = 20
+_MISSING_WORDS = {
+    "model_text": "model outputs",
+    "tool_args": "tool arguments",
+    "tool_results": "tool results",
+}
+
+
+def missing_note(
+    run_id: str, missing: Mapping[str, int], events: int, spans: int, hint: str = ""
+) -> str | None:
+    """One line saying what a run's spans did not carry (or that nothing was read), and
+    how to capture it (``hint``); shared by the span-based readers."""
+    parts = [f"{missing[k]} {words}" for k, words in _MISSING_WORDS.items() if missing.get(k)]
+    if parts:
+        what = ", ".join(parts)
+        left = (
+            " (model turns without their output are left out)" if missing.get("model_text") else ""
+        )
+        how = f"; {hint}" if hint else ""
+        return f"run {run_id!r}: {what} not in the trace, read as unknown{left}{how}"
+    if events == 0:
+        return (
+            f"run {run_id!r}: none of its {spans} spans is an agent step loopwatch reads "
+            "(model, tool or agent span): no events to scan"
+        )
+    return None
+
+
+def call_input(value: Any) -> Any:
+    """A decorated function's recorded input as the call's arguments.
+
+    Langfuse's ``@observe`` records ``{"args": [...], "kwargs": {...}}``; the tool's
+    arguments are the keyword arguments when there are no positional ones, or the
+    one positional argument when there are no keyword ones. Anything else unchanged.
+    """
+    value = maybe_json(value)
+    if isinstance(value, Mapping) and set(value) == {"args", "kwargs"}:
+        args, kwargs = value["args"], value["kwargs"]
+        if not args and isinstance(kwargs, Mapping):
+            return dict(kwargs)
+        if not kwargs and isinstance(args, list) and len(args) == 1:
+            return args[0]
+    return value

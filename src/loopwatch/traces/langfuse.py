@@ -36,15 +36,16 @@ from ._common import (
     Node,
     as_text,
     assemble,
+    call_input,
     input_text,
     maybe_json,
+    missing_note,
     number,
     orphan_error,
     output_text_and_calls,
     parse_time,
 )
 from .base import InputError, TraceRun
-from .otlp import call_input, missing_note
 
 __all__ = ["LangfuseReader", "looks_like"]
 

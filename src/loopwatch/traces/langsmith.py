@@ -38,13 +38,13 @@ from ._common import (
     assemble,
     input_text,
     maybe_json,
+    missing_note,
     number,
     orphan_error,
     output_text_and_calls,
     parse_time,
 )
 from .base import InputError, TraceRun
-from .otlp import missing_note
 
 __all__ = ["LangSmithReader", "looks_like"]
 
