@@ -127,6 +127,7 @@ def mask_volatile(text: str) -> str:
 # tools append them to otherwise identical results.
 _TIMING_FIELD = re.compile(r"duration|elapsed|latency|took", re.IGNORECASE)
 _FIELD_ENDS: Final = (":", "=")
+_TIMING_STEMS: Final = ("duration", "elapsed", "latency", "took")
 
 
 def fold_and_mask(text: str) -> str:
@@ -139,6 +140,12 @@ def fold_and_mask(text: str) -> str:
     """
     tokens = text.split()
     sub = _VOLATILE.sub
+    low = text.lower()
+    if not any(stem in low for stem in _TIMING_STEMS):  # most texts: no per-token test
+        for i, tok in enumerate(tokens):
+            if len(tok) >= 8 and not tok.isalpha():
+                tokens[i] = sub("#", tok)
+        return " ".join(tokens)
     timing = False
     for i, tok in enumerate(tokens):
         if timing and tok[:1].isdigit():

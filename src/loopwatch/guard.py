@@ -117,13 +117,20 @@ class Guard:
         the call. An unknown kind is not refused (it keeps its step index, as in the
         offline scan, and no detector looks at it) but is logged once, since it is
         most often a typo ("tool-call") that silently turns detection off."""
-        if not isinstance(run_id, (str, int)) or isinstance(run_id, bool):
+        if type(run_id) is not str and (
+            not isinstance(run_id, (str, int)) or isinstance(run_id, bool)
+        ):
             raise CallerError(
                 f"run_id must be a string identifying the run, not {type(run_id).__name__}"
             )
-        if isinstance(event, Event):
+        if type(event) is dict:  # the common case, without an ABC check
+            ev = Event.from_dict(event)
+            kind: Any = ev.kind
+            if kind in KINDS:
+                return ev
+        elif isinstance(event, Event):
             ev = event
-            kind: Any = event.kind
+            kind = event.kind
         elif isinstance(event, Mapping):
             ev = Event.from_dict(event)
             kind = event.get("kind")
