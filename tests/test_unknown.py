@@ -100,3 +100,20 @@ def test_an_unknown_marker_that_names_nothing_known_is_ignored() -> None:
     assert Event.from_dict({"kind": "model", "text": "x", "unknown": ["tokens"]}).text_known
     assert Event.from_dict({"kind": "model", "text": "x", "unknown": "text"}).unknown == {"text"}
     assert Event.from_dict({"kind": "model", "unknown": 5}).unknown == frozenset()
+
+
+def test_hook_payloads_without_input_or_response_are_unknown() -> None:
+    from loopwatch.hooks._events import tool_call, tool_result
+
+    call = tool_call("Bash", None, "t1")
+    assert call["unknown"] == ["args"] and "args" not in call
+    assert tool_call("Bash", {}, "t1")["args"] == {}  # no arguments is known-empty
+    result = tool_result("Bash", "t1", None, False)
+    assert result["unknown"] == ["text"] and "text" not in result
+    assert tool_result("Bash", "t1", "", False)["text"] == ""
+    # six such calls are not six identical calls
+    events: Events = []
+    for i in range(6):
+        events += [{"kind": "model", "unknown": ["text"]}, tool_call("Bash", None, f"t{i}")]
+        events.append(tool_result("Bash", f"t{i}", None, False))
+    assert scan(run(events), Config()).verdict == "ok"

@@ -181,7 +181,8 @@ def handle(
             kind = events[-1]["kind"]
             turn, deferred = new_turn(guard, run_id, kind)
             if turn:
-                events = [{"kind": "model", "text": ""}, *events]
+                # a hook never sees what the model said: the turn's output is unknown
+                events = [{"kind": "model", "unknown": ["text"]}, *events]
             worst = Outcome("ok", "")
             for event in events:
                 verdict = guard.observe(run_id, event)

@@ -53,19 +53,22 @@ def result_text(response: Any) -> str:
 
 
 def tool_call(name: Any, args: Any, call_id: Any) -> dict[str, Any]:
-    event: dict[str, Any] = {"kind": "tool_call", "name": str(name or ""), "args": args}
+    event: dict[str, Any] = {"kind": "tool_call", "name": str(name or "")}
+    if args is None:
+        event["unknown"] = ["args"]  # not in the payload: unknown, not "no arguments"
+    else:
+        event["args"] = args
     if call_id is not None:
         event["id"] = str(call_id)
     return event
 
 
 def tool_result(name: Any, call_id: Any, response: Any, error: bool) -> dict[str, Any]:
-    event: dict[str, Any] = {
-        "kind": "tool_result",
-        "name": str(name or ""),
-        "text": result_text(response),
-        "error": bool(error),
-    }
+    event: dict[str, Any] = {"kind": "tool_result", "name": str(name or ""), "error": bool(error)}
+    if response is None:
+        event["unknown"] = ["text"]  # no result in the payload: unknown, not empty
+    else:
+        event["text"] = result_text(response)
     if call_id is not None:
         event["id"] = str(call_id)
     return event
