@@ -208,7 +208,7 @@ class RunState:
         self.news = 0  # events that brought something new: a call not in the window,
         # a result or user input not among the recent ones (Context.novel)
         self.warned: dict[str, int] = {}  # "detector:pattern" already warned -> step
-        self.turn = 0  # model turns so far (see Context.turn)
+        self.turn = 0  # model turns so far (calls of one turn are a batch: Context.batched)
         self.talks = False  # whether the run has model events at all
         self.skips = 0  # calls skipped by the policy (for escalation to stop)
         self.user_step = -1  # event index of the last user input (-1: none yet)

@@ -57,13 +57,6 @@ class Context:
         return self.state.epoch
 
     @property
-    def turn(self) -> int:
-        """The model turn this event belongs to: calls issued together (after one
-        model output, before the next) share it; without model events, each call
-        is its own turn."""
-        return self.state.turn
-
-    @property
     def batched(self) -> bool:
         """Whether this event's call was issued in the same turn as an earlier,
         different call: part of a parallel batch. A batch of different calls failing

@@ -1,9 +1,9 @@
 """Stores for per-run guard state, chosen by URL like the ``limits`` library does.
 
-Each store registers the URL schemes it serves in :data:`SCHEMES` (the scheme, the
-module and class that implement it, and the extra it needs, if any); the class is
-imported only when a URL asks for it, so an install without redis-py can still use
-the memory and SQLite stores.
+Each store registers the URL schemes it serves in :data:`SCHEMES` (the module and
+class that implement it, and how it is used); the class is imported only when a URL
+asks for it, so an install without redis-py can still use the memory and SQLite
+stores, and a missing extra names itself (:mod:`loopwatch.extras`).
 """
 
 from __future__ import annotations
@@ -31,14 +31,13 @@ class StoreKind(NamedTuple):
 
     module: str  # relative to loopwatch.stores
     cls: str
-    extra: str | None  # the pip extra that installs its dependency
     shared: bool  # state shared by processes: every run must expire (ttl_seconds set)
     takes_max_runs: bool  # bounds the number of runs it keeps
 
 
-_MEMORY: Final = StoreKind(".memory", "MemoryStore", None, False, True)
-_REDIS: Final = StoreKind(".redis", "RedisStore", "redis", True, False)
-_SQLITE: Final = StoreKind(".sqlite", "SqliteStore", None, True, True)
+_MEMORY: Final = StoreKind(".memory", "MemoryStore", False, True)
+_REDIS: Final = StoreKind(".redis", "RedisStore", True, False)  # needs the redis extra
+_SQLITE: Final = StoreKind(".sqlite", "SqliteStore", True, True)
 
 SCHEMES: Final[dict[str, StoreKind]] = {
     "memory": _MEMORY,
