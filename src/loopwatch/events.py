@@ -265,7 +265,11 @@ def shell_command(args: Any) -> str | None:
 def is_noop_command(command: str) -> bool:
     """True for a command line that cannot do anything: blank, or only shell no-ops
     (``:`` / ``true``, whose arguments are ignored) joined by ``;``/``&&``/newlines,
-    or a bare comment."""
+    or a bare comment. A first word that merely starts with ``:`` (``:)``, ``:ls``)
+    counts too: no program has such a name, so the shell runs nothing (a syntax
+    error or "command not found"). Measured on the corpus: an agent typing garbled
+    ``:)`` commands is stopped one step after the labelled point, with no new stop on
+    a solved run that is not itself labelled a loop."""
     head = command.lstrip()[:1]
     if head and head not in ":t#":
         return False  # the common case, decided without splitting the command
@@ -274,7 +278,7 @@ def is_noop_command(command: str) -> bool:
         if not words or words[0].startswith("#"):
             continue
         first = words[0]
-        if first in _NOOP_PROGRAMS or (first.startswith(":") and first[1:2] in ("", "'", '"')):
+        if first in _NOOP_PROGRAMS or first.startswith(":"):
             continue
         return False
     return True
