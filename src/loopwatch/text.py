@@ -24,6 +24,7 @@ __all__ = [
     "jaccard",
     "lexical_verdict",
     "looks_like_code",
+    "ordered_words",
     "plain_words",
     "preview",
     "word_set",
@@ -45,6 +46,13 @@ def plain_words(text: str) -> set[str]:
     """The distinct words of a text, lower-cased, ASCII punctuation dropped (str
     methods only: the fast path for long outputs)."""
     return set(text.lower().translate(_PUNCTUATION).split())
+
+
+def ordered_words(text: str) -> dict[str, None]:
+    """:func:`plain_words` in order of first appearance: a dict, not a set, because a
+    set's order changes with each process's string hashing, and state built in that
+    order (a FIFO vocabulary) must be the same on every worker, every time."""
+    return dict.fromkeys(text.lower().translate(_PUNCTUATION).split())
 
 
 def jaccard(a: set[str], b: set[str]) -> float:

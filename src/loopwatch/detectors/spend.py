@@ -22,7 +22,7 @@ from typing import Any, Final, final
 from ..events import KINDS, MODEL
 from ..findings import Finding, Severity
 from ..state import DetectorState
-from ..text import plain_words
+from ..text import ordered_words
 from .base import Context, Detector, note_novelty, trim
 
 __all__ = [
@@ -128,11 +128,13 @@ class SpendVelocity(Detector):
     def _output_is_new(self, st: SpendState, text: str) -> bool:
         # str methods, not a regex: this runs on every model turn of a run with spend.
         # Short words are common, so they sit in the vocabulary and never count as new.
-        words = plain_words(text[:_OUTPUT_CHARS])
+        words = ordered_words(text[:_OUTPUT_CHARS])
         if not words:
             return False
         vocab = st.vocab
-        fresh = words - vocab.keys()  # a C-level set difference
+        # In the text's order (ordered_words): the FIFO below evicts the oldest words,
+        # so the insertion order decides what is remembered.
+        fresh = [w for w in words if w not in vocab]
         # First in, first out: a word seen long ago may count as new again (lenient).
         for w in fresh:
             vocab[w] = 1
