@@ -76,6 +76,15 @@ def _parser() -> argparse.ArgumentParser:
         "--jobs", type=int, default=0, metavar="N", help="worker processes (default: all cores)"
     )
     p_scan.add_argument(
+        "--engine",
+        choices=("dask",),
+        help="scan on a distributed engine (a local cluster of --jobs workers, "
+        "or the one at --engine-address)",
+    )
+    p_scan.add_argument(
+        "--engine-address", metavar="ADDR", help="join this cluster (e.g. tcp://host:8786)"
+    )
+    p_scan.add_argument(
         "--progress",
         choices=("auto", "always", "never"),
         default="auto",
@@ -181,8 +190,39 @@ def _cmd_scan(args: argparse.Namespace, config: Config) -> int:
     if args.explain:
         return _cmd_explain(args, config)
     jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
+    if args.engine_address and not args.engine:
+        print("loopwatch scan: --engine-address needs --engine", file=sys.stderr)
+        return 2
+    if args.engine:
+        return _scan_on_engine(args, config, jobs)
     if _peek_size(args.paths) < _SMALL_INPUT * 100:  # ~100 bytes per event
         jobs = 1
+    return _scan_and_print(args, config, jobs, None)
+
+
+def _scan_on_engine(args: argparse.Namespace, config: Config, jobs: int) -> int:
+    from .fleet import open_engine
+
+    try:
+        engine = open_engine(args.engine, args.engine_address, jobs)
+        executor = engine.__enter__()
+    except ModuleNotFoundError as exc:  # names the extra to install
+        print(f"loopwatch scan: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, TimeoutError) as exc:
+        where = args.engine_address or "a local cluster"
+        print(
+            f"loopwatch scan: cannot reach the {args.engine} engine at {where}: {exc}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        return _scan_and_print(args, config, jobs, executor)
+    finally:
+        engine.__exit__(None, None, None)
+
+
+def _scan_and_print(args: argparse.Namespace, config: Config, jobs: int, executor: Any) -> int:
     fmt = args.format
     show_progress = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
     out = sys.stdout
@@ -194,7 +234,7 @@ def _cmd_scan(args: argparse.Namespace, config: Config) -> int:
     table = _HumanTable() if not args.json else None
     progress = _Progress(show_progress)
     with progress:
-        for item in scan_stream(read_runs(args.paths, fmt), config, jobs):
+        for item in scan_stream(read_runs(args.paths, fmt), config, jobs, executor):
             if isinstance(item, InputError):
                 had_error = True
                 # a whole file (not one line) unreadable, or a run lost to a bug

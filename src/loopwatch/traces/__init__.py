@@ -7,9 +7,10 @@ native JSON Lines (``jsonl``), OTLP JSON with the GenAI or OpenInference
 conventions (``otlp``), OpenAI Agents SDK exports (``openai_agents``),
 LangSmith runs (``langsmith``), Langfuse traces and observations
 (``langfuse``), Claude Code sessions (``claude_code``) and deepeval span
-trees (``deepeval``, when its reader is installed). ``.gz`` files are
-decompressed on the fly, ``-`` is stdin, and a directory stands for the trace
-files under it.
+trees (``deepeval``, when its reader is installed), and Parquet or Arrow
+files with one row per event (:mod:`.columnar`, recognised by their magic bytes).
+``.gz`` files are decompressed on the fly, ``-`` is stdin, and a directory stands
+for the trace files under it.
 """
 
 from __future__ import annotations
@@ -18,8 +19,12 @@ import os
 from collections.abc import Iterable, Iterator
 
 from .base import InputError, TraceRun, open_text
+from .columnar import COLUMNAR_SUFFIXES, is_columnar, read_columnar
 from .jsonl import parse_run, read_jsonl
-from .sniff import FORMATS, detect, read_path
+from .sniff import FORMATS as _TEXT_FORMATS
+from .sniff import detect, read_path
+
+FORMATS = (*_TEXT_FORMATS, "columnar")
 
 __all__ = [
     "FORMATS",
@@ -44,12 +49,24 @@ def read_runs(
     """
     if isinstance(paths, str):
         paths = [paths]
+    columnar_runs: set[str] = set()  # a run's rows must not continue in a later file
     for path in paths:
         for file in _files(path):
-            yield from read_path(file, format)
+            if format == "columnar" or (format is None and is_columnar(file)):
+                yield from read_columnar(file, columnar_runs)
+            else:
+                yield from read_path(file, format)
 
 
-_TRACE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
+_TRACE_SUFFIXES = (
+    ".jsonl",
+    ".ndjson",
+    ".json",
+    ".jsonl.gz",
+    ".ndjson.gz",
+    ".json.gz",
+    *COLUMNAR_SUFFIXES,
+)
 
 
 def _files(path: str) -> list[str]:
