@@ -3,6 +3,7 @@ Dask job, and `loopwatch scan --engine dask` against the local scan, byte for by
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ from loopwatch.scan import Scanner, scan_stream
 from loopwatch.traces import InputError, TraceRun, read_runs
 from loopwatch.traces.columnar import runs_from_table, runs_to_table
 
+# the module, not the function `loopwatch.scan` that the package exports
+scan_module = importlib.import_module("loopwatch.scan")
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 needs_corpus = pytest.mark.skipif(not CORPUS.exists(), reason="no shared corpus beside the repo")
 
@@ -209,3 +212,61 @@ def test_engine_keeps_input_errors_in_place() -> None:
 def test_engine_address_needs_an_engine() -> None:
     out = _cli("--engine-address", "tcp://127.0.0.1:1", "x.jsonl")
     assert out.returncode == 2 and b"--engine-address needs --engine" in out.stderr
+
+
+def _lines_file(tmp_path: Path) -> Path:
+    """A native file with what a real one may hold between its runs."""
+    lines = [b"\xef\xbb\xbf" + orjson.dumps(_runs()[0])]
+    for i, r in enumerate(_runs() * 4):
+        lines.append(orjson.dumps({**r, "run_id": f"{r['run_id']}-{i}"}))
+        if i == 2:
+            lines += [b"", b"not json", b'{"foo": 1}', b'{"run_id": "x", "events": 3}']
+        if i == 5:
+            lines.append(b'{"run_id": "bad-utf8 \xff", "events": []}')
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def _as_comparable(items: list[Any]) -> list[Any]:
+    return [str(i) if isinstance(i, InputError) else i.to_dict() for i in items]
+
+
+def test_parallel_scans_read_native_files_in_ranges_exactly_as_one_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import concurrent.futures
+
+    from loopwatch.traces.sniff import native_ranges
+
+    path = _lines_file(tmp_path)
+    monkeypatch.setattr(scan_module, "_RANGE_BYTES", 300)  # many ranges, cut mid-run
+    assert len(native_ranges(str(path), 300) or []) > 5
+    expected = _as_comparable(list(scan_stream(read_runs(str(path)), Config())))
+    assert any("not json" in str(e) or "invalid JSON" in str(e) for e in expected)
+    pooled = list(scan_module.scan_paths([str(path)], Config(), jobs=2))
+    assert _as_comparable(pooled) == expected
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # any Executor is an engine
+        threaded = list(scan_module.scan_paths([str(path)], Config(), 2, pool))
+    assert _as_comparable(threaded) == expected
+
+
+def test_a_worker_that_cannot_read_the_file_costs_time_not_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a remote cluster the workers may not see the input files: the range is read
+    and scanned in the main process instead."""
+    import concurrent.futures
+
+    class Blind(concurrent.futures.ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            if fn is scan_module._scan_range:
+                args = (args[0], "/no/such/file", *args[2:])
+            return super().submit(fn, *args, **kwargs)
+
+    path = _lines_file(tmp_path)
+    monkeypatch.setattr(scan_module, "_RANGE_BYTES", 300)
+    expected = _as_comparable(list(scan_stream(read_runs(str(path)), Config())))
+    with Blind(2) as pool:
+        got = list(scan_module.scan_paths([str(path)], Config(), 2, pool))
+    assert _as_comparable(got) == expected

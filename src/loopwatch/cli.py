@@ -21,7 +21,7 @@ from typing import Any, TextIO
 import orjson
 
 from .config import NEVER_AS_ZERO, Config, ConfigError
-from .scan import Report, ScanFailure, Scanner, scan_one, scan_stream
+from .scan import Report, ScanFailure, Scanner, scan_one, scan_paths
 from .traces import FORMATS, InputError, read_runs
 
 __all__ = ["main"]
@@ -234,7 +234,7 @@ def _scan_and_print(args: argparse.Namespace, config: Config, jobs: int, executo
     table = _HumanTable() if not args.json else None
     progress = _Progress(show_progress)
     with progress:
-        for item in scan_stream(read_runs(args.paths, fmt), config, jobs, executor):
+        for item in scan_paths(args.paths, config, jobs, executor, fmt):
             if isinstance(item, InputError):
                 had_error = True
                 # a whole file (not one line) unreadable, or a run lost to a bug

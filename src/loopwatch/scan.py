@@ -8,6 +8,7 @@ warned and stopped.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import sys
@@ -15,7 +16,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -25,7 +26,10 @@ from .engine import Engine, new_state
 from .events import MODEL, TOOL_CALL, Event
 from .findings import Finding, Severity
 from .policy import Policy
+from .traces import read_file, read_runs, trace_files
 from .traces.base import InputError, TraceRun
+from .traces.columnar import is_columnar
+from .traces.sniff import native_ranges, read_native_range
 
 __all__ = ["Report", "ScanFailure", "Scanner", "scan", "scan_one", "scan_stream"]
 
@@ -420,6 +424,91 @@ class _PoolExecutor:
         return _PoolTask(self.pool.apply_async(fn, args))
 
 
+log = logging.getLogger("loopwatch")
+_SCANNED_HERE: set[str] = set()  # files whose ranges a worker failed (warned once each)
+
+
+class _Range(NamedTuple):
+    """A line-aligned byte range of a native JSON Lines file (traces.sniff.native_ranges)."""
+
+    path: str
+    start: int
+    end: int
+    line: int
+
+
+def _range_items(
+    scanner: Scanner, path: str, start: int, end: int, line: int
+) -> list[InputError | Report]:
+    return [
+        item if isinstance(item, InputError) else scan_one(scanner, item)
+        for item in read_native_range(path, start, end, line)
+    ]
+
+
+def _scan_range(
+    config: Config | None, path: str, start: int, end: int, line: int
+) -> list[InputError | Report]:
+    """Worker side: read, decode and scan one range of a native file. A worker that
+    cannot see the file (a remote cluster without the input's filesystem) fails the
+    task, and the main process reads the range itself (``_drain``)."""
+    open(path, "rb").close()  # raises here, not as an input error of the range
+    scanner = _worker_scanner if config is None else Scanner(config)
+    assert scanner is not None
+    return _range_items(scanner, path, start, end, line)
+
+
+# Bytes of a native file per unit of work: about 2,000-10,000 events of real traces.
+_RANGE_BYTES: Final = 2 << 20
+
+
+def _units(
+    paths: Iterable[str], format: str | None, events: int
+) -> Iterator[list[TraceRun | InputError] | _Range]:
+    """The input as units of work, in order: the ranges of each native JSON Lines file
+    (read by the workers), and chunks of runs read here from every other file."""
+    columnar_runs: set[str] = set()
+    for path in paths:
+        for file in trace_files(path):
+            ranges = None
+            if format in (None, "jsonl", "native") and not is_columnar(file):
+                ranges = native_ranges(file, _RANGE_BYTES)
+            if ranges is None:
+                yield from _chunks(read_file(file, format, columnar_runs), events)
+            else:
+                for start, end, line in ranges:
+                    yield _Range(file, start, end, line)
+
+
+def scan_paths(
+    paths: Iterable[str],
+    config: Config,
+    jobs: int = 1,
+    executor: Any = None,
+    format: str | None = None,
+) -> Iterator[InputError | Report]:
+    """Scan trace files in input order, on ``jobs`` processes or on ``executor`` (a
+    distributed engine's client): what ``loopwatch scan`` prints.
+
+    The same items as ``scan_stream(read_runs(paths, format), ...)``, but native JSON
+    Lines files are read by the workers, a range each, so that the main process only
+    finds line boundaries and puts results in order.
+    """
+    paths = list(paths)
+    if executor is None and jobs <= 1:
+        yield from scan_stream(read_runs(paths, format), config)
+        return
+    scanner = Scanner(config)
+    if executor is not None:
+        units = _units(paths, format, _ENGINE_CHUNK_EVENTS)
+        yield from _scan_on(executor, scanner, units, config, max(jobs, 1))
+        return
+    ctx = multiprocessing.get_context("spawn" if sys.platform == "darwin" else "fork")
+    with ctx.Pool(jobs, initializer=_init_worker, initargs=(config,)) as pool:
+        units = _units(paths, format, _CHUNK_EVENTS)
+        yield from _scan_on(_PoolExecutor(pool), scanner, units, None, jobs)
+
+
 def scan_stream(
     items: Iterator[TraceRun | InputError],
     config: Config,
@@ -437,7 +526,8 @@ def scan_stream(
     """
     scanner = Scanner(config)
     if executor is not None:
-        yield from _scan_on(executor, scanner, items, config, max(jobs, 1))
+        units = _chunks(items, _ENGINE_CHUNK_EVENTS)
+        yield from _scan_on(executor, scanner, units, config, max(jobs, 1))
         return
     if jobs <= 1:
         for item in items:
@@ -445,36 +535,41 @@ def scan_stream(
         return
     ctx = multiprocessing.get_context("spawn" if sys.platform == "darwin" else "fork")
     with ctx.Pool(jobs, initializer=_init_worker, initargs=(config,)) as pool:
-        yield from _scan_on(_PoolExecutor(pool), scanner, items, None, jobs)
+        yield from _scan_on(_PoolExecutor(pool), scanner, _chunks(items), None, jobs)
 
 
 def _scan_on(
     executor: Any,
     scanner: Scanner,
-    items: Iterator[TraceRun | InputError],
+    units: Iterable[list[TraceRun | InputError] | _Range],
     config: Config | None,
     jobs: int,
 ) -> Iterator[InputError | Report]:
-    """Ship chunks of runs to ``executor`` and yield the results in input order.
-    ``config`` travels with each task unless the workers were initialised with it."""
-    pending: deque[tuple[list[TraceRun | InputError], list[bool], Any]] = deque()
-    size = _CHUNK_EVENTS if config is None else _ENGINE_CHUNK_EVENTS
-    for chunk in _chunks(items, size):
-        payload: list[bytes] = []
-        shipped: list[bool] = []  # per run of the chunk: sent to a worker?
-        for item in chunk:
-            if isinstance(item, TraceRun):
-                try:
-                    payload.append(orjson.dumps(item.to_dict()))
-                    shipped.append(True)
-                except TypeError:  # too deep for orjson (or not JSON at all)
-                    shipped.append(False)
-        task = (
-            executor.submit(_scan_chunk, payload)
-            if config is None
-            else executor.submit(_scan_chunk_with, config, payload)
-        )
-        pending.append((chunk, shipped, task))
+    """Ship units of work to ``executor`` and yield the results in input order: a
+    chunk of runs read here, or a range of a native file that the worker reads
+    itself. ``config`` travels with each task unless the workers were initialised
+    with it. At most ``2 * jobs`` units are in flight."""
+    pending: deque[tuple[list[TraceRun | InputError] | _Range, list[bool], Any]] = deque()
+    for unit in units:
+        if isinstance(unit, _Range):
+            task = executor.submit(_scan_range, config, *unit)
+            pending.append((unit, [], task))
+        else:
+            payload: list[bytes] = []
+            shipped: list[bool] = []  # per run of the chunk: sent to a worker?
+            for item in unit:
+                if isinstance(item, TraceRun):
+                    try:
+                        payload.append(orjson.dumps(item.to_dict()))
+                        shipped.append(True)
+                    except TypeError:  # too deep for orjson (or not JSON at all)
+                        shipped.append(False)
+            task = (
+                executor.submit(_scan_chunk, payload)
+                if config is None
+                else executor.submit(_scan_chunk_with, config, payload)
+            )
+            pending.append((unit, shipped, task))
         while len(pending) > 2 * jobs:
             yield from _drain(scanner, *pending.popleft())
     while pending:
@@ -482,8 +577,27 @@ def _scan_on(
 
 
 def _drain(
-    scanner: Scanner, chunk: list[TraceRun | InputError], shipped: list[bool], result: Any
+    scanner: Scanner,
+    chunk: list[TraceRun | InputError] | _Range,
+    shipped: list[bool],
+    result: Any,
 ) -> Iterator[InputError | Report]:
+    if isinstance(chunk, _Range):
+        try:
+            done: list[InputError | Report] = result.result()
+        except Exception as exc:  # the worker failed, or cannot see the file: read it here
+            if chunk.path not in _SCANNED_HERE:
+                _SCANNED_HERE.add(chunk.path)
+                log.warning(
+                    "loopwatch: a worker could not scan %s (%s: %s); the main process "
+                    "reads it instead, which is slower: give the workers the same files",
+                    chunk.path,
+                    type(exc).__name__,
+                    exc,
+                )
+            done = _range_items(scanner, *chunk)
+        yield from done
+        return
     try:
         reports: Iterator[Report | str] | None = iter(result.result())
     except Exception:  # the worker or the pipe failed: scan the chunk here instead

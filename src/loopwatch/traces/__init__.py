@@ -33,8 +33,10 @@ __all__ = [
     "detect",
     "open_text",
     "parse_run",
+    "read_file",
     "read_jsonl",
     "read_runs",
+    "trace_files",
 ]
 
 
@@ -51,11 +53,19 @@ def read_runs(
         paths = [paths]
     columnar_runs: set[str] = set()  # a run's rows must not continue in a later file
     for path in paths:
-        for file in _files(path):
-            if format == "columnar" or (format is None and is_columnar(file)):
-                yield from read_columnar(file, columnar_runs)
-            else:
-                yield from read_path(file, format)
+        for file in trace_files(path):
+            yield from read_file(file, format, columnar_runs)
+
+
+def read_file(
+    file: str, format: str | None = None, columnar_runs: set[str] | None = None
+) -> Iterator[TraceRun | InputError]:
+    """The runs of one file (not a directory). ``columnar_runs`` carries the run ids of
+    earlier columnar files of the same input (see :func:`.columnar.read_columnar`)."""
+    if format == "columnar" or (format is None and is_columnar(file)):
+        yield from read_columnar(file, columnar_runs)
+    else:
+        yield from read_path(file, format)
 
 
 _TRACE_SUFFIXES = (
@@ -69,7 +79,7 @@ _TRACE_SUFFIXES = (
 )
 
 
-def _files(path: str) -> list[str]:
+def trace_files(path: str) -> list[str]:
     """A directory stands for the trace files under it (``~/.claude/projects``), sorted."""
     if path == "-" or not os.path.isdir(path):
         return [path]

@@ -18,6 +18,7 @@ than silently replaced.
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import re
@@ -33,7 +34,15 @@ from ._common import Item, Reader
 from .base import InputError, TraceRun, open_binary
 from .jsonl import parse_run
 
-__all__ = ["FORMATS", "NativeReader", "decode_json", "detect", "read_path"]
+__all__ = [
+    "FORMATS",
+    "NativeReader",
+    "decode_json",
+    "detect",
+    "native_ranges",
+    "read_native_range",
+    "read_path",
+]
 
 
 class NativeReader(Reader):
@@ -480,3 +489,73 @@ class _FileReading:
             yield from self.finish()
         except Exception:  # the reader is what failed; nothing more to save
             return
+
+
+# -- one native file in pieces, for parallel scans --------------------------------------
+def native_ranges(path: str, size: int) -> list[tuple[int, int, int]] | None:
+    """Line-aligned byte ranges ``(start, end, first line number)`` of about ``size``
+    bytes that together make up a native JSON Lines file, or None when the file cannot
+    be read in pieces: stdin, compressed, or not native from its first line (another
+    format, a pretty-printed document, garbage first: those are read whole, because
+    the format decision needs what comes first).
+
+    Why this exists: a parallel scan whose main process decodes every run and encodes
+    it again for a worker spends most of its time there. With ranges the main process
+    only finds newlines; each worker reads, decodes and scans its own range, exactly
+    as :func:`read_path` would (:func:`read_native_range`).
+    """
+    if path == "-" or path.endswith(".gz"):
+        return None
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError:
+        return None
+    with fh:
+        head = fh.readline()
+        number = 1
+        while head and not head.strip():  # blank lines before the first record
+            head = fh.readline()
+            number += 1
+        if not head:
+            return None
+        obj, problem = decode_json(head[len(_BOM) :] if head.startswith(_BOM) else head)
+        if problem is not None or not isinstance(obj, dict) or detect(obj) != "jsonl":
+            return None
+        ranges: list[tuple[int, int, int]] = []
+        start, line = 0, 1
+        while True:
+            fh.seek(start)
+            block = fh.read(size)
+            if not block:
+                break
+            if len(block) == size:
+                tail = fh.readline()  # finish the line the block ends in
+                block += tail
+            end = start + len(block)
+            ranges.append((start, end, line))
+            line += block.count(b"\n")
+            start = end
+        return ranges
+
+
+def read_native_range(path: str, start: int, end: int, first_line: int) -> Iterator[Item]:
+    """The items of one range from :func:`native_ranges`: what :func:`read_path` yields
+    for those lines (the file's format was decided native on its first line, so every
+    line goes to the native reader, one error line at most per bad line)."""
+    reading = _FileReading(path, "jsonl")
+    reading.reader = NativeReader(path)
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            data = fh.read(end - start)
+    except OSError as exc:
+        yield InputError.whole(path, first_line, f"read failed: {exc.strerror or exc}")
+        return
+    # BytesIO splits lines as a file does (on b"\\n" only), as read_path reads them
+    for number, raw in enumerate(io.BytesIO(data), first_line):
+        if number == 1 and raw.startswith(_BOM):
+            raw = raw[len(_BOM) :]
+        if not raw.strip():
+            continue
+        reading.lines += 1
+        yield from reading._take(number, *decode_json(raw))
