@@ -270,3 +270,26 @@ def test_a_worker_that_cannot_read_the_file_costs_time_not_results(
     with Blind(2) as pool:
         got = list(scan_module.scan_paths([str(path)], Config(), 2, pool))
     assert _as_comparable(got) == expected
+
+
+def test_the_readme_pipeline_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    pytest.importorskip("dask.dataframe")
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("<!-- fleet:start -->") : readme.index("<!-- fleet:end -->")]
+    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    lake = tmp_path / "lake" / "agent_events"
+    lake.mkdir(parents=True)
+    runs = _runs()
+    pq.write_table(runs_to_table(runs[:2]), lake / "part-0.parquet")
+    pq.write_table(runs_to_table(runs[2:]), lake / "part-1.parquet")
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, Any] = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    reports = scope["reports"]
+    assert dict(zip(reports["run_id"], reports["verdict"], strict=True)) == {
+        "loop": "stop",
+        "ok": "ok",
+        "unknown-args": "ok",
+    }
