@@ -293,3 +293,21 @@ def test_the_readme_pipeline_snippet_runs(tmp_path: Path, monkeypatch: pytest.Mo
         "ok": "ok",
         "unknown-args": "ok",
     }
+
+
+def test_joining_an_existing_cluster_with_columnar_input(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    path = tmp_path / "runs.parquet"
+    pq.write_table(runs_to_table(_runs()), path)
+    jsonl = _lines_file(tmp_path)
+    local = _cli("--json", "--jobs", "1", str(path), str(jsonl))
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, dashboard_address=None, host="127.0.0.1"
+    ) as cluster:
+        joined = _cli(
+            "--json", "--engine", "dask", "--engine-address", cluster.scheduler_address,
+            str(path), str(jsonl),
+        )  # fmt: skip
+    assert joined.returncode == local.returncode == 0, joined.stderr[-2000:]
+    assert joined.stdout == local.stdout and joined.stderr == local.stderr
+    assert joined.stdout.count(b"\n") == 3 + 14  # the bad-UTF-8 run is read too
