@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-NAMES = ["smolagents.py"]
+NAMES = ["smolagents.py", "autogen.py"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -21,6 +21,7 @@ CASES = [
     ("langchain", "langgraph", "loopwatch[langchain]"),
     ("deepeval", "deepeval", "loopwatch[deepeval]"),
     ("smolagents", "smolagents", "loopwatch[smolagents]"),
+    ("autogen", "autogen_agentchat", "loopwatch[autogen]"),
 ]
 
 
