@@ -50,11 +50,11 @@ class Recording(ReplayChatCompletionClient):
         return super().create_stream(messages, **kwargs)
 
 
-def call(i: int, q: str = "paris weather", page: int = 1) -> CreateResult:
-    args = f'{{"q": "{q}", "page": {page}}}'
+def call(i: int, q: str = "paris weather", page: int = 1, name: str = "search") -> CreateResult:
+    args = f'{{"q": "{q}", "page": {page}}}' if name == "search" else f'{{"q": "{q}"}}'
     return CreateResult(
         finish_reason="function_calls",
-        content=[FunctionCall(id=f"call-{i}", name="search", arguments=args)],
+        content=[FunctionCall(id=f"call-{i}", name=name, arguments=args)],
         usage=RequestUsage(prompt_tokens=20, completion_tokens=5),
         cached=False,
     )

@@ -41,7 +41,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 try:
@@ -62,7 +62,7 @@ try:
         RequestUsage,
         UserMessage,
     )
-    from autogen_core.tools import BaseTool, Tool, ToolSchema
+    from autogen_core.tools import BaseTool, FunctionTool, Tool, ToolSchema
     from pydantic import BaseModel
 except ModuleNotFoundError as _exc:  # the framework is an extra
     from ..extras import missing_extra
@@ -103,9 +103,20 @@ class LoopwatchAutogen:
         """``client`` watched for the agent named ``agent``."""
         return LoopwatchModelClient(client, self, agent)
 
-    def tools(self, tools: Iterable[BaseTool[Any, Any]]) -> list[LoopwatchTool]:
-        """``tools`` wrapped so that each call is observed before it runs."""
-        return [LoopwatchTool(tool, self) for tool in tools]
+    def tools(
+        self, tools: Iterable[BaseTool[Any, Any] | Callable[..., Any]]
+    ) -> list[LoopwatchTool]:
+        """``tools`` wrapped so that each call is observed before it runs; plain
+        functions become ``FunctionTool``s first, as ``AssistantAgent`` does."""
+        return [
+            LoopwatchTool(
+                tool
+                if isinstance(tool, BaseTool)
+                else FunctionTool(tool, description=tool.__doc__ or "", strict=False),
+                self,
+            )
+            for tool in tools
+        ]
 
     # -- shared ------------------------------------------------------------------------
     async def observe(self, event: dict[str, Any]) -> Verdict:
