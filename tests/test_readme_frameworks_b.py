@@ -6,15 +6,13 @@ model client) and ``web_search`` (the tool, in the framework's own form).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from smolagents import tool
 from test_integration_autogen import Recording, call
+from test_integration_readme import run_snippet
 from test_integration_smolagents import Scripted, calls
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -26,14 +24,6 @@ def snippet(needle: str) -> str:
     end = text.index("<!-- frameworks-b:end -->")
     found = re.findall(r"```python\n(.*?)```", text[start:end], flags=re.DOTALL)
     return next(code for code in found if needle in code)
-
-
-def run_snippet(code: str, **names: Any) -> tuple[dict[str, Any], str]:
-    namespace: dict[str, Any] = {"__name__": "readme", **names}
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code, str(README), "exec"), namespace)
-    return namespace, out.getvalue()
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +42,7 @@ def test_smolagents_snippet() -> None:
         return "18C, cloudy"
 
     model = Scripted(lambda turn, messages: calls("web_search", {"q": "paris"}, turn))
-    _, printed = run_snippet(snippet("LoopwatchSmolagents"), model=model, web_search=web_search)
+    _, printed = run_snippet(snippet("LoopwatchSmolagents"), model, web_search=web_search)
     assert (
         printed.strip()
         .splitlines()[-1]
@@ -66,7 +56,9 @@ def test_autogen_snippet() -> None:
         return "18C, cloudy"
 
     client = Recording([call(i, name="web_search") for i in range(20)])
-    _, printed = run_snippet(snippet("LoopwatchAutogen"), client=client, web_search=web_search)
+    _, printed = run_snippet(
+        snippet("LoopwatchAutogen"), None, client=client, web_search=web_search
+    )
     assert (
         printed.strip()
         .splitlines()[-1]
