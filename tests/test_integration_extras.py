@@ -53,7 +53,7 @@ def test_loopwatch_itself_imports_without_any_framework() -> None:
     code = (
         "import sys\n"
         "for name in ('agents', 'langchain', 'langgraph', 'deepeval', 'smolagents',\n"
-        "             'autogen_agentchat', 'llama_index'):\n"
+        "             'autogen_agentchat'):\n"
         "    sys.modules[name] = None\n"
         "import loopwatch, loopwatch.integrations, loopwatch.traces\n"
         "print('ok')\n"

