@@ -179,6 +179,7 @@ def test_a_lone_agent_is_stopped_with_loop_detected() -> None:
     with pytest.raises(LoopDetected, match=r"search\("):
         asyncio.run(agent.run(task="Weather in Paris?"))
     assert len(ran) == 4
+    assert watch.stopped is None, "raised once: the conversation's next turn may go on"
 
 
 def test_a_healthy_run_is_never_warned() -> None:

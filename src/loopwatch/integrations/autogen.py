@@ -149,8 +149,10 @@ class LoopwatchModelClient(ChatCompletionClient):
         self._agent = agent
 
     def _request(self, messages: Sequence[LLMMessage]) -> list[LLMMessage]:
-        if self._owner.stopped is not None:
-            raise LoopDetected(self._owner.stopped)
+        stopped = self._owner.stopped
+        if stopped is not None:
+            self._owner.stopped = None  # raised once: the conversation's next turn may go on
+            raise LoopDetected(stopped)
         warnings = self._owner.pending.take(self._owner.run_id)
         if not warnings:
             return list(messages)
