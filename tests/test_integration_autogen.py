@@ -1,0 +1,259 @@
+"""AutoGen AgentChat with the real packages and autogen_ext's ReplayChatCompletionClient.
+
+The replay client answers from a list; the subclass here only records each request,
+so the tests assert what the model saw. The recording guard checks the live stop
+against ``loopwatch.scan`` of the same events. No network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.messages import ToolCallExecutionEvent
+from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_core import FunctionCall
+from autogen_core.models import CreateResult, LLMMessage, RequestUsage, UserMessage
+from autogen_core.tools import FunctionTool
+from autogen_ext.models.replay import ReplayChatCompletionClient
+from test_integration_decorator import RecordingGuard
+
+from loopwatch import Guard, LoopDetected, scan
+from loopwatch.integrations.autogen import NOT_RUN, LoopwatchAutogen
+
+INFO: Any = {
+    "vision": False,
+    "function_calling": True,
+    "json_output": False,
+    "family": "unknown",
+    "structured_output": False,
+}
+
+
+class Recording(ReplayChatCompletionClient):
+    """The replay client, keeping every request it got."""
+
+    def __init__(self, completions: Sequence[str | CreateResult]) -> None:
+        super().__init__(completions, model_info=INFO)
+        self.requests: list[list[LLMMessage]] = []
+
+    async def create(self, messages: Sequence[LLMMessage], **kwargs: Any) -> CreateResult:
+        self.requests.append(list(messages))
+        return await super().create(messages, **kwargs)
+
+    def create_stream(self, messages: Sequence[LLMMessage], **kwargs: Any) -> Any:
+        self.requests.append(list(messages))
+        return super().create_stream(messages, **kwargs)
+
+
+def call(i: int, q: str = "paris weather", page: int = 1, name: str = "search") -> CreateResult:
+    args = f'{{"q": "{q}", "page": {page}}}' if name == "search" else f'{{"q": "{q}"}}'
+    return CreateResult(
+        finish_reason="function_calls",
+        content=[FunctionCall(id=f"call-{i}", name=name, arguments=args)],
+        usage=RequestUsage(prompt_tokens=20, completion_tokens=5),
+        cached=False,
+    )
+
+
+def make_search(ran: list[str]) -> FunctionTool:
+    def search(q: str, page: int = 1) -> str:
+        """Search the web."""
+        ran.append(q)
+        return "18C cloudy" if page == 1 else f"page {page}: more results"
+
+    return FunctionTool(search, description="Search the web.")
+
+
+def team_for(
+    watch: LoopwatchAutogen, client: Recording, ran: list[str], **agent_kw: Any
+) -> RoundRobinGroupChat:
+    agent = AssistantAgent(
+        "researcher",
+        model_client=watch.model_client(client, agent="researcher"),
+        tools=watch.tools([make_search(ran)]),
+        **agent_kw,
+    )
+    return RoundRobinGroupChat(
+        [agent], termination_condition=watch.termination | MaxMessageTermination(60)
+    )
+
+
+def notes(request: list[LLMMessage]) -> list[Any]:
+    return [m for m in request if isinstance(m, UserMessage) and m.source == "loopwatch"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_ends_the_team_with_a_stop_reason_that_names_the_loop(stream: bool) -> None:
+    guard = RecordingGuard()
+    ran: list[str] = []
+    watch = LoopwatchAutogen(guard, run_id="conv-1")
+    client = Recording([call(i) for i in range(20)])
+    team = team_for(watch, client, ran, model_client_stream=stream)
+
+    if stream:
+
+        async def consume() -> Any:
+            last = None
+            async for item in team.run_stream(task="Weather in Paris?"):
+                last = item
+            return last
+
+        result = asyncio.run(consume())
+    else:
+        result = asyncio.run(team.run(task="Weather in Paris?"))
+
+    assert result.stop_reason.startswith("[loopwatch] Run stopped: You called search(")
+    assert len(ran) == 4, "the 5th identical call never ran"
+    executions = [m for m in result.messages if isinstance(m, ToolCallExecutionEvent)]
+    assert executions[-1].content[0].content == result.stop_reason, "the call got its result"
+    stop = next(v for v in guard.verdicts if v.action == "stop")
+    assert stop.step == scan(guard.events, config=guard.config).first_stop
+    assert guard.events[stop.step]["kind"] == "tool_call"
+    assert guard.events[0] == {"kind": "user", "text": "Weather in Paris?"}
+    assert set(guard.run_ids) == {"conv-1"}
+    assert {e.get("agent") for e in guard.events if e["kind"] != "user"} == {"researcher"}
+
+
+def test_warning_is_the_last_message_of_the_next_request_only() -> None:
+    guard = RecordingGuard()
+    watch = LoopwatchAutogen(guard)
+    client = Recording([*(call(i) for i in range(3)), "It is 18C and cloudy."])
+    agent = AssistantAgent(
+        "researcher",
+        model_client=watch.model_client(client, agent="researcher"),
+        tools=watch.tools([make_search([])]),
+        max_tool_iterations=10,
+    )
+
+    result = asyncio.run(agent.run(task="Weather in Paris?"))
+
+    assert result.messages[-1].to_text() == "It is 18C and cloudy."
+    warning = next(v.message for v in guard.verdicts if v.action == "warn")
+    assert guard.first("warn") == scan(guard.events, config=guard.config).first_warn
+    assert [i for i, r in enumerate(client.requests) if notes(r)] == [3]
+    assert client.requests[3][-1].content == warning
+    assert type(client.requests[3][-2]).__name__ == "FunctionExecutionResultMessage"
+    history = asyncio.run(agent.model_context.get_messages())
+    assert not notes(history), "the warning is not kept in the agent's history"
+
+
+def test_skip_answers_the_call_without_running_the_tool() -> None:
+    guard = RecordingGuard(on_loop="skip")
+    ran: list[str] = []
+    watch = LoopwatchAutogen(guard)
+    client = Recording([*(call(i) for i in range(6)), "It is 18C and cloudy."])
+    agent = AssistantAgent(
+        "researcher",
+        model_client=watch.model_client(client, agent="researcher"),
+        tools=watch.tools([make_search(ran)]),
+        max_tool_iterations=10,
+    )
+
+    result = asyncio.run(agent.run(task="Weather in Paris?"))
+
+    assert len(ran) == 4 and result.messages[-1].to_text() == "It is 18C and cloudy."
+    outputs = [
+        r.content
+        for m in result.messages
+        if isinstance(m, ToolCallExecutionEvent)
+        for r in m.content
+    ]
+    assert outputs[3] == "18C cloudy" and outputs[4].startswith(NOT_RUN)
+    assert guard.first("skip") == scan(guard.events, config=guard.config).first_stop
+
+
+def test_a_lone_agent_is_stopped_with_loop_detected() -> None:
+    watch = LoopwatchAutogen()
+    ran: list[str] = []
+    agent = AssistantAgent(
+        "researcher",
+        model_client=watch.model_client(Recording([call(i) for i in range(20)])),
+        tools=watch.tools([make_search(ran)]),
+        max_tool_iterations=20,
+    )
+    with pytest.raises(LoopDetected, match=r"search\("):
+        asyncio.run(agent.run(task="Weather in Paris?"))
+    assert len(ran) == 4
+    assert watch.stopped is None, "raised once: the conversation's next turn may go on"
+
+
+def test_a_healthy_run_is_never_warned() -> None:
+    guard = RecordingGuard()
+    watch = LoopwatchAutogen(guard)
+    client = Recording([*(call(i, page=i + 1) for i in range(3)), "Paris: 18C, cloudy."])
+    agent = AssistantAgent(
+        "researcher",
+        model_client=watch.model_client(client, agent="researcher"),
+        tools=watch.tools([make_search([])]),
+        max_tool_iterations=10,
+    )
+    team = RoundRobinGroupChat(
+        [agent], termination_condition=watch.termination | MaxMessageTermination(2)
+    )
+    result = asyncio.run(team.run(task="Weather in Paris?"))
+    assert result.messages[-1].to_text() == "Paris: 18C, cloudy."
+    assert {v.action for v in guard.verdicts} == {"ok"}
+    assert not any(notes(r) for r in client.requests)
+
+
+def test_each_task_is_a_user_turn_of_the_same_conversation() -> None:
+    guard = RecordingGuard()
+    watch = LoopwatchAutogen(guard, run_id="conv-2")
+    client = Recording(["Sunny.", "Warm."])
+    agent = AssistantAgent("researcher", model_client=watch.model_client(client))
+    team = RoundRobinGroupChat(
+        [agent], termination_condition=watch.termination | MaxMessageTermination(2)
+    )
+
+    async def two_turns() -> None:
+        await team.run(task="Weather in Paris?")
+        await team.run(task="And in Rome?")
+
+    asyncio.run(two_turns())
+    users = [e["text"] for e in guard.events if e["kind"] == "user"]
+    assert users == ["Weather in Paris?", "And in Rome?"]
+    assert set(guard.run_ids) == {"conv-2"}
+
+
+def test_agents_of_a_team_name_themselves() -> None:
+    guard = RecordingGuard()
+    watch = LoopwatchAutogen(guard)
+    ran: list[str] = []
+    agents = [
+        AssistantAgent(
+            name,
+            model_client=watch.model_client(Recording([call(i) for i in range(20)]), agent=name),
+            tools=watch.tools([make_search(ran)]),
+        )
+        for name in ("planner", "researcher")
+    ]
+    team = RoundRobinGroupChat(
+        agents, termination_condition=watch.termination | MaxMessageTermination(60)
+    )
+    result = asyncio.run(team.run(task="Weather in Paris?"))
+    assert result.stop_reason and result.stop_reason.startswith("[loopwatch]")
+    calls = [e for e in guard.events if e["kind"] == "tool_call"]
+    assert [e["agent"] for e in calls[:2]] == ["planner", "researcher"]
+
+
+class Broken(Guard):
+    async def aobserve(self, run_id: str, event: Any) -> Any:
+        raise RuntimeError("loopwatch bug")
+
+
+def test_a_loopwatch_bug_never_breaks_the_agent() -> None:
+    watch = LoopwatchAutogen(Broken())
+    ran: list[str] = []
+    agent = AssistantAgent(
+        "researcher",
+        model_client=watch.model_client(Recording([call(0), call(1), "Done."])),
+        tools=watch.tools([make_search(ran)]),
+        max_tool_iterations=10,
+    )
+    result = asyncio.run(agent.run(task="Weather in Paris?"))
+    assert result.messages[-1].to_text() == "Done." and len(ran) == 2
