@@ -20,6 +20,7 @@ CASES = [
     ("langchain", "langchain", "loopwatch[langchain]"),
     ("langchain", "langgraph", "loopwatch[langchain]"),
     ("deepeval", "deepeval", "loopwatch[deepeval]"),
+    ("pydantic_ai", "pydantic_ai", "loopwatch[pydantic-ai]"),
 ]
 
 
