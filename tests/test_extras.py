@@ -6,7 +6,6 @@ import pytest
 
 from loopwatch.extras import EXTRAS, install_hint, missing, missing_extra
 
-
 # Extras that conflict with the dev environment: `make test` runs their tests in a
 # virtualenv of their own (google-adk pins OpenTelemetry below what langfuse 5 needs).
 OWN_VENV = {"google-adk"}
