@@ -83,3 +83,28 @@ def run_example(name: str, python: str = sys.executable) -> tuple[int, str]:
     found = STOPPED.match(last)
     assert found, f"last line {last!r}\n{out}"
     return int(found.group(1)), out
+
+
+def readme_snippet(module: str) -> str:
+    """The README's "Frameworks" snippet that imports ``loopwatch.integrations.<module>``."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("<!-- frameworks:start -->") : text.index("<!-- frameworks:end -->")]
+    found = [
+        code
+        for code in re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+        if f"loopwatch.integrations.{module} import" in code
+    ]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def run_snippet(code: str, **names: Any) -> tuple[dict[str, Any], str]:
+    """Run a snippet as written, with its free names bound; (namespace, stdout)."""
+    import contextlib
+    import io
+
+    namespace: dict[str, Any] = {"__name__": "readme", **names}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), namespace)
+    return namespace, out.getvalue()

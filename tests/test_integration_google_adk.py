@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("google.adk", reason="google-adk runs in .venv-adk (make test)")
 
-from frameworks_a import run_example
+from frameworks_a import readme_snippet, run_example, run_snippet
 from google.adk.agents import LlmAgent
 from google.adk.agents.run_config import RunConfig, StreamingMode
 from google.adk.apps import App
@@ -240,3 +240,24 @@ def test_passing_guard_and_keywords_is_refused() -> None:
 def test_example_stops_the_loop_by_call_8() -> None:
     stopped_at, out = run_example("google_adk")
     assert stopped_at <= 8 and "[loopwatch]" in out, out
+
+
+def test_the_readme_snippet_runs_and_skips_the_loop(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no loopwatch.toml from the repository
+    ran: list[str] = []
+
+    def web_search(q: str) -> str:
+        """Search the web."""
+        ran.append(q)
+        return "18C, cloudy"
+
+    model = MockModel.create([call(i, name="web_search") for i in range(6)] + [text(ANSWER)])
+    names, _ = run_snippet(readme_snippet("google_adk"), model=model, web_search=web_search)
+    runner = names["runner"]
+    runner.session_service.create_session_sync(app_name="weather", user_id="u", session_id="s")
+    message = types.Content(role="user", parts=[types.Part(text=QUESTION)])
+    events = list(runner.run(user_id="u", session_id="s", new_message=message))
+    assert events[-1].content.parts[0].text == ANSWER
+    assert len(ran) == 4, "on_loop='skip': the 5th and 6th identical calls were answered"

@@ -11,7 +11,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from frameworks_a import scan_otlp
+from frameworks_a import readme_snippet, run_snippet, scan_otlp
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import (
     ModelMessage,
@@ -49,8 +49,15 @@ class Script:
     """A scripted model: the same search ``turns`` times, then an answer; it keeps
     every request it was sent."""
 
-    def __init__(self, turns: int, args: Any = None, answer: str = "It is 18C and cloudy."):
+    def __init__(
+        self,
+        turns: int,
+        args: Any = None,
+        answer: str = "It is 18C and cloudy.",
+        tool: str = "search",
+    ):
         self.turns = turns
+        self.tool = tool
         self.args = args or (lambda n: {"q": "paris weather"})
         self.answer = answer
         self.requests: list[list[ModelMessage]] = []
@@ -64,14 +71,16 @@ class Script:
         n, args = self.step(messages)
         if args is None:
             return ModelResponse(parts=[TextPart(self.answer)])
-        return ModelResponse(parts=[ToolCallPart("search", args, tool_call_id=f"call-{n}")])
+        return ModelResponse(parts=[ToolCallPart(self.tool, args, tool_call_id=f"call-{n}")])
 
     async def stream(self, messages: list[ModelMessage], info: AgentInfo) -> Any:
         n, args = self.step(messages)
         if args is None:
             yield self.answer
         else:
-            yield {0: DeltaToolCall(name="search", json_args=_json(args), tool_call_id=f"call-{n}")}
+            yield {
+                0: DeltaToolCall(name=self.tool, json_args=_json(args), tool_call_id=f"call-{n}")
+            }
 
     def model(self) -> FunctionModel:
         return FunctionModel(self, stream_function=self.stream)
@@ -325,3 +334,20 @@ def test_the_otel_trace_pydantic_ai_exports_scans_to_the_live_verdict() -> None:
     live_calls = sum(e["kind"] == "tool_call" for e in guard.events[: live.first_stop + 1])
     assert exported.tool_calls_before_stop == live_calls == 5
     assert [f.detector for f in exported.report.findings] == [f.detector for f in live.findings]
+
+
+def test_the_readme_snippet_runs_and_stops_the_loop(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no loopwatch.toml from the repository
+
+    def web_search(q: str) -> str:
+        """Search the web."""
+        return "18C, cloudy"
+
+    _, out = run_snippet(
+        readme_snippet("pydantic_ai"),
+        model=Script(10, tool="web_search").model(),
+        web_search=web_search,
+    )
+    assert out.startswith("[loopwatch] Run stopped") and "web_search" in out

