@@ -3,16 +3,21 @@
 Import the fixtures into a test module to use them (pytest registers fixtures a
 module imports)::
 
-    from redis_server import RedisServer, private_redis_fixture, redis_server_fixture
+    from redis_server import Backend, private_redis_fixture, redis_server_fixture
 
-``redis_server`` is one server for the whole session (tests keep apart by using a
-unique key prefix each); ``private_redis`` is a fresh server for a test that kills,
-pauses or restarts it. There is no fallback to a fake: when redis-server is missing
-the tests fail and say how to install it.
+``redis_server`` and ``private_redis`` run each test twice: against one redis-server
+and against a local Redis Cluster (3 masters, 3 replicas: :mod:`redis_cluster`).
+``redis_server`` is one server (one cluster) for the whole session: tests keep apart
+by using a unique key prefix each. ``private_redis`` is a store of the test's own to
+kill, pause or restart: a fresh server, or the session's cluster reset (all nodes up,
+no data). ``single_redis`` is the single server alone, for what only it has (a unix
+socket). There is no fallback to a fake: when redis-server is missing the tests fail
+and say how to install it.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -22,12 +27,17 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
 
 import pytest
 
+if TYPE_CHECKING:
+    from redis_cluster import RedisCluster
+
 INSTALL = "run `bash scripts/services.d/redis.sh` (installs redis-server with apt-get)"
+BACKENDS = ["single", "cluster"]
 START_TIMEOUT = 10.0
 
 
@@ -49,10 +59,11 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server process without persistence: a restart starts it empty."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(self, directory: Path, port: int | None = None, extra: Sequence[str] = ()) -> None:
         self.binary = redis_server_binary()
         self.dir = directory
         self.port = port or free_port()
+        self.extra = list(extra)  # more redis-server options (a cluster node's)
         self.unix_socket = directory / "redis.sock"
         self.log = directory / "redis.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -78,6 +89,7 @@ class RedisServer:
             "--appendonly", "no",
             "--logfile", str(self.log),
             "--daemonize", "no",
+            *self.extra,
         ]  # fmt: skip
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, cwd=self.dir)
         deadline = time.monotonic() + START_TIMEOUT
@@ -132,31 +144,82 @@ class RedisServer:
         """A plain socket to the server, for tests that must not go through the store."""
         return socket.create_connection(("127.0.0.1", self.port), timeout=5)
 
+    masters = 1
+
+    def client(self) -> Any:
+        """A redis-py client of the test's own."""
+        import redis
+
+        return redis.Redis(port=self.port)
+
+    def script_calls(self) -> int:
+        """Script calls the server has run (INFO commandstats)."""
+        with self.client() as raw:
+            stats: dict[str, Any] = raw.info("commandstats")
+        return sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("evalsha", "eval"))
+
+
+# What the store's tests run against: one server or a cluster.
+Backend = Union[RedisServer, "RedisCluster"]
 
 _shared: RedisServer | None = None
 
 
-@pytest.fixture(scope="session", name="redis_server")
-def redis_server_fixture() -> Iterator[RedisServer]:
-    """One redis-server for the session, shared by every module that imports this."""
+def shared_server() -> RedisServer:
+    """One redis-server for the whole session, started on first use, stopped at exit."""
     global _shared
-    if _shared is None or _shared.proc is None:
-        directory = Path(tempfile.mkdtemp(prefix="loopwatch-redis-"))
-        server = RedisServer(directory)
+    if _shared is None:
+        server = RedisServer(Path(tempfile.mkdtemp(prefix="loopwatch-redis-")))
+        stop_at_exit(server.stop, server.dir)
         server.start()
         _shared = server
-    yield _shared
-    # Every importing module gets its own session fixture; the first to finish stops
-    # the server and the later ones find it already stopped.
-    server, _shared = _shared, None
-    if server is not None:
-        server.stop()
-        shutil.rmtree(server.dir, ignore_errors=True)
+    return _shared
 
 
-@pytest.fixture(name="private_redis")
-def private_redis_fixture() -> Iterator[RedisServer]:
-    """A redis-server of the test's own, to kill, pause and restart."""
+def stop_at_exit(stop: Callable[[], None], directory: Path) -> None:
+    """Run ``stop`` and remove ``directory`` when the test session's process exits (not
+    in a forked worker, which leaves by ``os._exit``, but to be sure)."""
+    pid = os.getpid()
+
+    def at_exit() -> None:
+        if os.getpid() == pid:
+            stop()
+            shutil.rmtree(directory, ignore_errors=True)
+
+    atexit.register(at_exit)
+
+
+@pytest.fixture(scope="session", name="redis_server", params=BACKENDS)
+def redis_server_fixture(request: pytest.FixtureRequest) -> Backend:
+    """The session's server or cluster (tests keep apart with a prefix each)."""
+    if request.param == "cluster":
+        from redis_cluster import shared_cluster
+
+        return shared_cluster()
+    return shared_server()
+
+
+@pytest.fixture(scope="session", name="single_redis")
+def single_redis_fixture() -> RedisServer:
+    """The session's redis-server, for what a cluster does not have."""
+    return shared_server()
+
+
+@pytest.fixture(name="private_redis", params=BACKENDS)
+def private_redis_fixture(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """A redis-server of the test's own, or the session's cluster reset, to kill, pause
+    and restart."""
+    if request.param == "cluster":
+        from redis_cluster import shared_cluster
+
+        cluster = shared_cluster()
+        cluster.reset()
+        try:
+            yield cluster
+        finally:
+            cluster.resume()
+            cluster.reset()  # restarts what the test killed
+        return
     directory = Path(tempfile.mkdtemp(prefix="loopwatch-redis-"))
     server = RedisServer(directory)
     server.start()
