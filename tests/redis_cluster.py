@@ -12,10 +12,12 @@ Nodes keep no data on disk: a node restarted after a kill comes back empty (its
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -250,3 +252,22 @@ def shared_cluster() -> RedisCluster:
         cluster.start()
         _cluster = cluster
     return _cluster
+
+
+@contextlib.contextmanager
+def fresh_cluster() -> Iterator[RedisCluster]:
+    """The session's cluster, reset (all nodes up, no data) before and after, for a test
+    that kills, pauses or fails over its nodes or moves its slots."""
+    cluster = shared_cluster()
+    cluster.reset()
+    try:
+        yield cluster
+    finally:
+        cluster.resume()
+        cluster.reset()
+
+
+@pytest.fixture(name="cluster")
+def cluster_fixture() -> Iterator[RedisCluster]:
+    with fresh_cluster() as cluster:
+        yield cluster

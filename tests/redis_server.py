@@ -210,15 +210,10 @@ def private_redis_fixture(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """A redis-server of the test's own, or the session's cluster reset, to kill, pause
     and restart."""
     if request.param == "cluster":
-        from redis_cluster import shared_cluster
+        from redis_cluster import fresh_cluster
 
-        cluster = shared_cluster()
-        cluster.reset()
-        try:
+        with fresh_cluster() as cluster:
             yield cluster
-        finally:
-            cluster.resume()
-            cluster.reset()  # restarts what the test killed
         return
     directory = Path(tempfile.mkdtemp(prefix="loopwatch-redis-"))
     server = RedisServer(directory)

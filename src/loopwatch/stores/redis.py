@@ -328,6 +328,7 @@ class RedisStore(Store):
         self._client: SyncClient | None = None if self.cluster else single
         self._client_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._closing: set[asyncio.Task[None]] = set()  # old async clients being closed
         self._aclients: dict[asyncio.AbstractEventLoop, tuple[AsyncClient, list[asyncio.Lock]]] = {}
         self._locks = [threading.Lock() for _ in range(_STRIPES)]
         self._pid = os.getpid()
@@ -705,6 +706,8 @@ class RedisStore(Store):
                     try:
                         reply = await asyncio.wait_for(self._aeval(client, key, *request), left)
                     except self._async_errors as exc:
+                        if isinstance(exc, asyncio.TimeoutError):
+                            self._renew_aclient(client)
                         raise self._unavailable(exc, f"updating run {run_id!r}") from exc
                 try:
                     request = steps.send(reply)
@@ -750,6 +753,25 @@ class RedisStore(Store):
                 item = (client, [asyncio.Lock() for _ in range(_STRIPES)])
                 self._aclients[loop] = item
         return item
+
+    def _renew_aclient(self, client: AsyncClient) -> None:
+        """After a cluster command was given up, the loop gets a new cluster client.
+
+        redis-py refreshes its map of the cluster when a command of its own times out;
+        one cancelled at ``timeout`` never does, so the old client would keep sending a
+        stalled master's slots to it after its replica took over. The new one learns
+        the cluster afresh at its first command; the old one is closed."""
+        if not self.cluster:
+            return
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            item = self._aclients.get(loop)
+            if item is None or item[0] is not client:
+                return  # another task renewed it already
+            self._aclients[loop] = (self._new_async_cluster(self._redis), item[1])
+        task = loop.create_task(client.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     # -- inspection and housekeeping -------------------------------------------------------
     def get(self, run_id: str) -> State | None:
