@@ -13,16 +13,14 @@ Nodes keep no data on disk: a node restarted after a kill comes back empty (its
 from __future__ import annotations
 
 import contextlib
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from redis_server import INSTALL, RedisServer, free_port, stop_at_exit
+from redis_server import RedisServer, for_session, free_port, redis_binary
 
 MASTERS = 3
 # Failure detection: a master that does not answer for this long is failed over to its
@@ -30,13 +28,6 @@ MASTERS = 3
 NODE_TIMEOUT_MS = 1000
 # How long the harness waits for the cluster to settle (a hang guard, not a measure).
 SETTLE = 30.0
-
-
-def redis_cli_binary() -> str:
-    path = shutil.which("redis-cli") or shutil.which("valkey-cli")
-    if path is None:
-        pytest.fail(f"redis-cli is not on PATH: {INSTALL}", pytrace=False)
-    return path
 
 
 class RedisCluster:
@@ -78,7 +69,7 @@ class RedisCluster:
             if node.proc is None:
                 node.start()
         if not self.created:
-            args = [redis_cli_binary(), "--cluster", "create"]
+            args = [redis_binary("cli"), "--cluster", "create"]
             args += [f"127.0.0.1:{n.port}" for n in self.nodes]
             args += ["--cluster-replicas", "1", "--cluster-yes"]
             done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
@@ -239,19 +230,10 @@ def _script_calls(node: RedisServer) -> int:
     return sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("evalsha", "eval"))
 
 
-_cluster: RedisCluster | None = None
-
-
 def shared_cluster() -> RedisCluster:
-    """One cluster for the whole test session, started on first use (each test keeps
-    apart with a key prefix of its own, or resets it); stopped at exit."""
-    global _cluster
-    if _cluster is None:
-        cluster = RedisCluster(Path(tempfile.mkdtemp(prefix="loopwatch-cluster-")))
-        stop_at_exit(cluster.stop, cluster.dir)
-        cluster.start()
-        _cluster = cluster
-    return _cluster
+    """One cluster for the whole test session (each test keeps apart with a key prefix
+    of its own, or resets it)."""
+    return for_session("cluster", RedisCluster)
 
 
 @contextlib.contextmanager

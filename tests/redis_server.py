@@ -29,23 +29,24 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union
 
 import pytest
 
 if TYPE_CHECKING:
     from redis_cluster import RedisCluster
 
-INSTALL = "run `bash scripts/services.d/redis.sh` (installs redis-server with apt-get)"
+INSTALL = "run `bash scripts/services.d/redis.sh` (installs redis-server and redis-cli)"
 BACKENDS = ["single", "cluster"]
 START_TIMEOUT = 10.0
 
 
-def redis_server_binary() -> str:
-    """The redis-server executable; fails the test (never skips) when it is missing."""
-    path = shutil.which("redis-server") or shutil.which("valkey-server")
+def redis_binary(name: str) -> str:
+    """The ``redis-<name>`` executable (or Valkey's); fails the test (never skips) when
+    it is missing."""
+    path = shutil.which(f"redis-{name}") or shutil.which(f"valkey-{name}")
     if path is None:
-        pytest.fail(f"redis-server is not on PATH: {INSTALL}", pytrace=False)
+        pytest.fail(f"redis-{name} is not on PATH: {INSTALL}", pytrace=False)
     return path
 
 
@@ -60,7 +61,7 @@ class RedisServer:
     """One redis-server process without persistence: a restart starts it empty."""
 
     def __init__(self, directory: Path, port: int | None = None, extra: Sequence[str] = ()) -> None:
-        self.binary = redis_server_binary()
+        self.binary = redis_binary("server")
         self.dir = directory
         self.port = port or free_port()
         self.extra = list(extra)  # more redis-server options (a cluster node's)
@@ -162,31 +163,39 @@ class RedisServer:
 # What the store's tests run against: one server or a cluster.
 Backend = Union[RedisServer, "RedisCluster"]
 
-_shared: RedisServer | None = None
+
+class _Service(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Service)
+_sessions: dict[str, Any] = {}
+
+
+def for_session(name: str, make: Callable[[Path], S]) -> S:
+    """One server (or cluster) for the whole test session, made in a temp dir and started
+    on first use, stopped and removed when the session's process exits (not from a
+    forked worker, which leaves by ``os._exit``, but to be sure)."""
+    if name not in _sessions:
+        directory = Path(tempfile.mkdtemp(prefix=f"loopwatch-{name}-"))
+        service = make(directory)
+        pid = os.getpid()
+
+        def at_exit() -> None:
+            if os.getpid() == pid:
+                service.stop()
+                shutil.rmtree(directory, ignore_errors=True)
+
+        atexit.register(at_exit)
+        service.start()
+        _sessions[name] = service
+    started: S = _sessions[name]
+    return started
 
 
 def shared_server() -> RedisServer:
-    """One redis-server for the whole session, started on first use, stopped at exit."""
-    global _shared
-    if _shared is None:
-        server = RedisServer(Path(tempfile.mkdtemp(prefix="loopwatch-redis-")))
-        stop_at_exit(server.stop, server.dir)
-        server.start()
-        _shared = server
-    return _shared
-
-
-def stop_at_exit(stop: Callable[[], None], directory: Path) -> None:
-    """Run ``stop`` and remove ``directory`` when the test session's process exits (not
-    in a forked worker, which leaves by ``os._exit``, but to be sure)."""
-    pid = os.getpid()
-
-    def at_exit() -> None:
-        if os.getpid() == pid:
-            stop()
-            shutil.rmtree(directory, ignore_errors=True)
-
-    atexit.register(at_exit)
+    return for_session("redis", RedisServer)
 
 
 @pytest.fixture(scope="session", name="redis_server", params=BACKENDS)

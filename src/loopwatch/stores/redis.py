@@ -32,8 +32,39 @@ each seeing all the steps applied before it.
 Keys are ``loopwatch:{prefix}:{run_id}``: one hash per run with the fields ``v``
 (version token) and ``s`` (the state as ``RunState.to_bytes()``). Each write sets the key's TTL,
 so idle runs expire, and the state holds only the engine's bounded window and
-counters, so nothing grows with run length. A script touches only its one key, so
-each call lives in one hash slot.
+counters, so nothing grows with run length. A script touches only its one key (passed
+in ``KEYS``), so each call lives in one hash slot.
+
+Redis Cluster (``redis+cluster://host:port[,host:port...]``, also ``rediss+cluster``,
+``valkey+cluster``, ``valkeys+cluster``; the hosts are startup nodes, any reachable one
+is enough, and the cluster has only database 0). redis-py's cluster clients route each
+call to the master serving the key's slot and follow MOVED and ASK redirections (a slot
+being resharded mid-run keeps the run). A run's key there is
+``loopwatch:{<tag>}:<prefix>:<run_id>`` (the braces literal: Redis's hash-tag syntax),
+the tag being 16 hex digits of a hash of the run id: all of a run lives in one slot,
+braces in a prefix or run id never pick the slot (``{tenant}`` in run ids does not pin
+a tenant's runs to one node), and runs spread over all masters. EVALSHA goes to the
+key's node; a node that lacks the script (restarted, new, promoted) answers NOSCRIPT
+and gets it by EVAL, node by node.
+
+A master that dies or stalls is failed over by the cluster to its replica after
+``cluster-node-timeout`` (plus an election). Until then the run's steps fail like a
+down server's: :class:`StoreUnavailable` within ``timeout``, which the guard lets
+through (unexamined) or raises, per its policy. Each failed call makes redis-py refresh
+its map of the cluster, so the first step after the promotion reaches the new master
+(a dropped link is retried at once, ``retries`` times) and the run goes on from the
+state the replica holds. Replication is asynchronous: writes the old master
+acknowledged but had not yet sent to its replica are lost with it, and the run then
+goes on from an earlier step (or afresh if the replica never had it), never from a
+mix; the compare-and-set sees the version change and recomputes. A step sent again
+after a lost reply finds its own version and counts once. After a fault redis-py
+refreshes its map of the cluster, walking the nodes with a timeout each; the sync
+client does that on a helper thread, waited for only until the step's ``timeout``
+(it goes on in the background), so a sync step still waits at most ``timeout`` per
+reply; an async step is cancelled at ``timeout`` and its event loop gets a fresh
+cluster client (a cancelled command would never make the old one refresh its map).
+The first call of a process discovers the cluster (one CLUSTER SLOTS and one COMMAND),
+trying the URL's nodes with ``connect_timeout`` and ``timeout`` each.
 
 Faults never hang the agent. The async path gives up at exactly ``timeout``. The
 sync path waits at most ``timeout`` for its turn on the run and for each reply, and
@@ -144,7 +175,8 @@ def _slot_tag(run_id: str) -> str:
 
 # Updates of one run from one process take turns on one of these locks.
 _STRIPES: Final = 256
-# Threads that run a cluster's sync commands, so that a caller can stop waiting.
+# Threads that refresh a sync cluster client's map of the cluster, so that a caller
+# can stop waiting.
 _HELPERS: Final = 8
 
 # (version token, the state at that version). The cache owns the dict: an update
@@ -255,6 +287,9 @@ class RedisStore(Store):
     ``retry_interval`` (seconds to fail fast after a timeout),
     ``cache_size`` (runs whose last state this worker keeps decoded, default 1000: about
     40 KB each with the default detectors; a run not kept costs one more round trip).
+    ``redis+cluster://host:port,host:port`` (and ``rediss+``, ``valkey+``,
+    ``valkeys+cluster``) uses a Redis / Valkey cluster (see the module's notes); other
+    query parameters of a cluster URL are connection options (``ssl_ca_certs``...).
     """
 
     def __init__(
@@ -328,6 +363,7 @@ class RedisStore(Store):
         self._client: SyncClient | None = None if self.cluster else single
         self._client_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._local = threading.local()  # the deadline of this thread's current call
         self._closing: set[asyncio.Task[None]] = set()  # old async clients being closed
         self._aclients: dict[asyncio.AbstractEventLoop, tuple[AsyncClient, list[asyncio.Lock]]] = {}
         self._locks = [threading.Lock() for _ in range(_STRIPES)]
@@ -403,7 +439,9 @@ class RedisStore(Store):
         }
 
     def _sync(self) -> SyncClient:
-        """The sync client; a cluster's is built here, on first use (it connects)."""
+        """The sync client. A cluster's is built on first use (and again after no node
+        was reachable): it discovers the cluster from the URL's nodes, each tried with
+        ``connect_timeout`` and ``timeout``, as a single server's first call connects."""
         client = self._client
         if client is not None:
             return client
@@ -411,10 +449,39 @@ class RedisStore(Store):
             if self._client is None:
                 cluster: Any = self._redis.cluster
                 nodes = [cluster.ClusterNode(h, p) for h, p in self._target.cluster_nodes[1:]]
-                self._client = cluster.RedisCluster(
+                client = cluster.RedisCluster(
                     url=self._target.url, startup_nodes=nodes, **self._cluster_options()
                 )
+                manager = getattr(client, "nodes_manager", None)
+                if manager is not None and callable(getattr(manager, "initialize", None)):
+                    manager.initialize = self._refresh_off_thread(manager.initialize)
+                self._client = client
             return self._client
+
+    def _refresh_off_thread(self, refresh: Callable[..., Any]) -> Callable[..., Any]:
+        """redis-py refreshes its map of the cluster inline after a timeout, a dropped
+        link or MOVED, trying node after node, each with its own timeout: on a helper
+        thread instead, waited for until the caller's deadline. A refresh given up goes
+        on there (redis-py runs one at a time) and the caller's command fails as it
+        would have; the next one finds the new map."""
+
+        def bounded(*args: Any, **kwargs: Any) -> Any:
+            future = self._helpers().submit(refresh, *args, **kwargs)
+            deadline = getattr(self._local, "deadline", None) or self._deadline()
+            try:
+                return future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                raise TimeoutError("no cluster node answered in time to refresh the map") from None
+
+        return bounded
+
+    def _within(self, deadline: float, call: Callable[[], T]) -> T:
+        """``call()``, with helper threads waited for until ``deadline`` at most."""
+        self._local.deadline = deadline
+        try:
+            return call()
+        finally:
+            self._local.deadline = None
 
     def _deadline(self) -> float:
         return time.monotonic() + self.timeout
@@ -444,9 +511,9 @@ class RedisStore(Store):
 
     # -- keys and the local cache ------------------------------------------------------
     def key(self, run_id: str) -> str:
-        """The Redis key holding a run's state: ``loopwatch:{prefix}:{run_id}``, and on a
-        cluster ``loopwatch:{<tag>}:{prefix}:{run_id}`` where the hash tag is 16 hex
-        digits of a hash of the run id: whatever braces the prefix or the run id hold,
+        """The Redis key holding a run's state: ``loopwatch:<prefix>:<run_id>``, and on a
+        cluster ``loopwatch:{<tag>}:<prefix>:<run_id>`` where the hash tag in braces is
+        16 hex digits of a hash of the run id: whatever braces the prefix or the run id hold,
         the tag alone picks the run's hash slot, and runs spread over all slots."""
         if self.cluster:
             tag = _slot_tag(run_id)
@@ -652,26 +719,7 @@ class RedisStore(Store):
                         raise
                     left -= 1
 
-        # Like a single server's socket timeout: each reply is waited for ``timeout``.
-        return self._bounded(call, self._deadline())
-
-    def _bounded(self, call: Callable[[], T], deadline: float | None) -> T:
-        """``call()``, given up at ``deadline`` on a cluster.
-
-        A single server's command waits at most ``timeout`` (its socket timeout). A
-        cluster client does more on a fault: after a timeout or a dropped link redis-py
-        refreshes its map of the cluster, trying node after node, each with its own
-        timeout. So on a cluster the command runs on a helper thread and the caller
-        waits at most until ``deadline``; a command given up finishes there, bounded
-        by redis-py's timeouts, and its result is dropped."""
-        if not self.cluster or deadline is None:
-            return call()
-        future = self._helpers().submit(call)
-        try:
-            return future.result(timeout=max(0.0, deadline - time.monotonic()))
-        except FutureTimeout:
-            future.cancel()
-            raise TimeoutError(f"no reply from the cluster in {self.timeout}s") from None
+        return self._within(deadline, call)
 
     def _helpers(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -777,8 +825,8 @@ class RedisStore(Store):
     def get(self, run_id: str) -> State | None:
         self._fail_fast()
         try:
-            reply: Any = self._bounded(
-                lambda: self._sync().hmget(self.key(run_id), ["v", "s"]), self._deadline()
+            reply: Any = self._within(
+                self._deadline(), lambda: self._sync().hmget(self.key(run_id), ["v", "s"])
             )
         except self._errors as exc:
             raise self._unavailable(exc, f"reading run {run_id!r}") from exc
@@ -794,7 +842,7 @@ class RedisStore(Store):
         self._fail_fast()
         self._remember(run_id, None)
         try:
-            self._bounded(lambda: self._sync().delete(self.key(run_id)), self._deadline())
+            self._within(self._deadline(), lambda: self._sync().delete(self.key(run_id)))
         except self._errors as exc:
             raise self._unavailable(exc, f"resetting run {run_id!r}") from exc
 
@@ -809,7 +857,7 @@ class RedisStore(Store):
     def ttl(self, run_id: str) -> float | None:
         """Seconds until the run's key expires, or None if it does not exist."""
         try:
-            ms = self._bounded(lambda: self._sync().pttl(self.key(run_id)), self._deadline())
+            ms = self._within(self._deadline(), lambda: self._sync().pttl(self.key(run_id)))
         except self._errors as exc:
             raise self._unavailable(exc, f"reading the TTL of run {run_id!r}") from exc
         return None if ms < 0 else ms / 1000
