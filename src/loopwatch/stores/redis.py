@@ -275,6 +275,18 @@ def _redact(url: str) -> str:
     return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, ""))
 
 
+class _LoopClient:
+    """An event loop's async client, whether it knows the cluster yet, and the loop's
+    locks on runs (asyncio objects belong to one loop)."""
+
+    __slots__ = ("client", "locks", "ready")
+
+    def __init__(self, client: AsyncClient, locks: list[asyncio.Lock]) -> None:
+        self.client = client
+        self.locks = locks
+        self.ready = False
+
+
 class RedisStore(Store):
     """Per-run guard state in Redis/Valkey, shared by every worker that uses the same URL.
 
@@ -365,7 +377,7 @@ class RedisStore(Store):
         self._pool: ThreadPoolExecutor | None = None
         self._local = threading.local()  # the deadline of this thread's current call
         self._closing: set[asyncio.Task[None]] = set()  # old async clients being closed
-        self._aclients: dict[asyncio.AbstractEventLoop, tuple[AsyncClient, list[asyncio.Lock]]] = {}
+        self._aclients: dict[asyncio.AbstractEventLoop, _LoopClient] = {}
         self._locks = [threading.Lock() for _ in range(_STRIPES)]
         self._pid = os.getpid()
         self._sha: str = hashlib.sha1(CAS_SCRIPT.encode(), usedforsecurity=False).hexdigest()
@@ -638,6 +650,11 @@ class RedisStore(Store):
 
     def apply(self, run_id: str, fn: Callable[[State], T], factory: Callable[[], State]) -> T:
         self._fail_fast()
+        if self._client is None:  # a cluster's first call: discovering is not the step's
+            try:
+                self._sync()
+            except self._errors as exc:
+                raise self._unavailable(exc, "discovering the cluster") from exc
         start = time.monotonic()
         # This process's updates of one run take turns, so they never conflict with
         # each other: only other processes' updates cost a retry.
@@ -731,9 +748,12 @@ class RedisStore(Store):
         self, run_id: str, fn: Callable[[State], T], factory: Callable[[], State]
     ) -> T:
         self._fail_fast()
+        item = self._aclient()
+        if not item.ready:
+            await self._adiscover(item)
         start = time.monotonic()
-        client, locks = self._aclient()
-        lock = locks[hash(run_id) % _STRIPES]
+        client = item.client
+        lock = item.locks[hash(run_id) % _STRIPES]
         try:
             await asyncio.wait_for(lock.acquire(), self.timeout)
         except asyncio.TimeoutError:
@@ -783,7 +803,18 @@ class RedisStore(Store):
                     raise
                 left -= 1
 
-    def _aclient(self) -> tuple[AsyncClient, list[asyncio.Lock]]:
+    async def _adiscover(self, item: _LoopClient) -> None:
+        """A new async cluster client first learns the cluster (CLUSTER SLOTS, COMMAND):
+        given ``timeout`` of its own, so that a step's ``timeout`` is for the step."""
+        client = item.client
+        try:
+            await asyncio.wait_for(client.initialize(), self.timeout)
+        except self._async_errors as exc:
+            raise self._unavailable(exc, "discovering the cluster") from exc
+        if item.client is client:
+            item.ready = True
+
+    def _aclient(self) -> _LoopClient:
         """The running event loop's asyncio client and run locks (both belong to one loop)."""
         loop = asyncio.get_running_loop()
         with self._lock:
@@ -798,7 +829,9 @@ class RedisStore(Store):
                     client = self._redis.asyncio.Redis.from_url(
                         self._target.url, **self._client_options(self._redis)
                     )
-                item = (client, [asyncio.Lock() for _ in range(_STRIPES)])
+                # a single server's client connects with the first step's command
+                item = _LoopClient(client, [asyncio.Lock() for _ in range(_STRIPES)])
+                item.ready = not self.cluster
                 self._aclients[loop] = item
         return item
 
@@ -814,9 +847,10 @@ class RedisStore(Store):
         loop = asyncio.get_running_loop()
         with self._lock:
             item = self._aclients.get(loop)
-            if item is None or item[0] is not client:
+            if item is None or item.client is not client:
                 return  # another task renewed it already
-            self._aclients[loop] = (self._new_async_cluster(self._redis), item[1])
+            item.client = self._new_async_cluster(self._redis)
+            item.ready = False
         task = loop.create_task(client.aclose())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
@@ -879,7 +913,7 @@ class RedisStore(Store):
         with self._lock:
             item = self._aclients.pop(asyncio.get_running_loop(), None)
         if item is not None:
-            await item[0].aclose()
+            await item.client.aclose()
         self.close()
 
     def __repr__(self) -> str:
