@@ -56,7 +56,10 @@ its map of the cluster, so the first step after the promotion reaches the new ma
 state the replica holds. Replication is asynchronous: writes the old master
 acknowledged but had not yet sent to its replica are lost with it, and the run then
 goes on from an earlier step (or afresh if the replica never had it), never from a
-mix; the compare-and-set sees the version change and recomputes. A step sent again
+mix; the compare-and-set sees the version change and recomputes. Runs on other masters
+go on, but with ``cluster-require-full-coverage yes`` (the default) the whole cluster
+answers CLUSTERDOWN between the master's FAIL flag and the promotion, and redis-py
+waits 0.25 s on that answer before the step fails. A step sent again
 after a lost reply finds its own version and counts once. After a fault redis-py
 refreshes its map of the cluster, walking the nodes with a timeout each; the sync
 client does that on a helper thread, waited for only until the step's ``timeout``
