@@ -197,6 +197,13 @@ def _redis_module() -> Any:
     return redis
 
 
+def _major_version(redis: Any) -> int:
+    try:
+        return int(str(redis.__version__).split(".")[0])
+    except ValueError:
+        return 99  # a development build: assume a recent one
+
+
 class _Target(NamedTuple):
     """Where the store connects: a redis-py URL (for a cluster: its first startup node)
     and, for a cluster, every startup node."""
@@ -446,12 +453,15 @@ class RedisStore(Store):
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        return {
+        options: dict[str, Any] = {
             "socket_timeout": self.timeout,
             "socket_connect_timeout": self.connect_timeout,
             "retry": Retry(NoBackoff(), 0),
             "decode_responses": False,
         }
+        if _major_version(self._redis) < 6:  # before 6.0 the cluster ignores `retry` here
+            options["cluster_error_retry_attempts"] = 0
+        return options
 
     def _sync(self) -> SyncClient:
         """The sync client. A cluster's is built on first use (and again after no node
