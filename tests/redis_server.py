@@ -3,16 +3,21 @@
 Import the fixtures into a test module to use them (pytest registers fixtures a
 module imports)::
 
-    from redis_server import RedisServer, private_redis_fixture, redis_server_fixture
+    from redis_server import Backend, private_redis_fixture, redis_server_fixture
 
-``redis_server`` is one server for the whole session (tests keep apart by using a
-unique key prefix each); ``private_redis`` is a fresh server for a test that kills,
-pauses or restarts it. There is no fallback to a fake: when redis-server is missing
-the tests fail and say how to install it.
+``redis_server`` and ``private_redis`` run each test twice: against one redis-server
+and against a local Redis Cluster (3 masters, 3 replicas: :mod:`redis_cluster`).
+``redis_server`` is one server (one cluster) for the whole session: tests keep apart
+by using a unique key prefix each. ``private_redis`` is a store of the test's own to
+kill, pause or restart: a fresh server, or the session's cluster reset (all nodes up,
+no data). ``single_redis`` is the single server alone, for what only it has (a unix
+socket). There is no fallback to a fake: when redis-server is missing the tests fail
+and say how to install it.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -22,20 +27,26 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union
 
 import pytest
 
-INSTALL = "run `bash scripts/services.d/redis.sh` (installs redis-server with apt-get)"
+if TYPE_CHECKING:
+    from redis_cluster import RedisCluster
+
+INSTALL = "run `bash scripts/services.d/redis.sh` (installs redis-server and redis-cli)"
+BACKENDS = ["single", "cluster"]
 START_TIMEOUT = 10.0
 
 
-def redis_server_binary() -> str:
-    """The redis-server executable; fails the test (never skips) when it is missing."""
-    path = shutil.which("redis-server") or shutil.which("valkey-server")
+def redis_binary(name: str) -> str:
+    """The ``redis-<name>`` executable (or Valkey's); fails the test (never skips) when
+    it is missing."""
+    path = shutil.which(f"redis-{name}") or shutil.which(f"valkey-{name}")
     if path is None:
-        pytest.fail(f"redis-server is not on PATH: {INSTALL}", pytrace=False)
+        pytest.fail(f"redis-{name} is not on PATH: {INSTALL}", pytrace=False)
     return path
 
 
@@ -49,10 +60,11 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server process without persistence: a restart starts it empty."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
-        self.binary = redis_server_binary()
+    def __init__(self, directory: Path, port: int | None = None, extra: Sequence[str] = ()) -> None:
+        self.binary = redis_binary("server")
         self.dir = directory
         self.port = port or free_port()
+        self.extra = list(extra)  # more redis-server options (a cluster node's)
         self.unix_socket = directory / "redis.sock"
         self.log = directory / "redis.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -78,6 +90,7 @@ class RedisServer:
             "--appendonly", "no",
             "--logfile", str(self.log),
             "--daemonize", "no",
+            *self.extra,
         ]  # fmt: skip
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, cwd=self.dir)
         deadline = time.monotonic() + START_TIMEOUT
@@ -132,31 +145,85 @@ class RedisServer:
         """A plain socket to the server, for tests that must not go through the store."""
         return socket.create_connection(("127.0.0.1", self.port), timeout=5)
 
+    masters = 1
 
-_shared: RedisServer | None = None
+    def client(self) -> Any:
+        """A redis-py client of the test's own."""
+        import redis
 
+        return redis.Redis(port=self.port)
 
-@pytest.fixture(scope="session", name="redis_server")
-def redis_server_fixture() -> Iterator[RedisServer]:
-    """One redis-server for the session, shared by every module that imports this."""
-    global _shared
-    if _shared is None or _shared.proc is None:
-        directory = Path(tempfile.mkdtemp(prefix="loopwatch-redis-"))
-        server = RedisServer(directory)
-        server.start()
-        _shared = server
-    yield _shared
-    # Every importing module gets its own session fixture; the first to finish stops
-    # the server and the later ones find it already stopped.
-    server, _shared = _shared, None
-    if server is not None:
-        server.stop()
-        shutil.rmtree(server.dir, ignore_errors=True)
+    def script_calls(self) -> int:
+        """Script calls the server has run (INFO commandstats)."""
+        with self.client() as raw:
+            stats: dict[str, Any] = raw.info("commandstats")
+        return sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("evalsha", "eval"))
 
 
-@pytest.fixture(name="private_redis")
-def private_redis_fixture() -> Iterator[RedisServer]:
-    """A redis-server of the test's own, to kill, pause and restart."""
+# What the store's tests run against: one server or a cluster.
+Backend = Union[RedisServer, "RedisCluster"]
+
+
+class _Service(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Service)
+_sessions: dict[str, Any] = {}
+
+
+def for_session(name: str, make: Callable[[Path], S]) -> S:
+    """One server (or cluster) for the whole test session, made in a temp dir and started
+    on first use, stopped and removed when the session's process exits (not from a
+    forked worker, which leaves by ``os._exit``, but to be sure)."""
+    if name not in _sessions:
+        directory = Path(tempfile.mkdtemp(prefix=f"loopwatch-{name}-"))
+        service = make(directory)
+        pid = os.getpid()
+
+        def at_exit() -> None:
+            if os.getpid() == pid:
+                service.stop()
+                shutil.rmtree(directory, ignore_errors=True)
+
+        atexit.register(at_exit)
+        service.start()
+        _sessions[name] = service
+    started: S = _sessions[name]
+    return started
+
+
+def shared_server() -> RedisServer:
+    return for_session("redis", RedisServer)
+
+
+@pytest.fixture(scope="session", name="redis_server", params=BACKENDS)
+def redis_server_fixture(request: pytest.FixtureRequest) -> Backend:
+    """The session's server or cluster (tests keep apart with a prefix each)."""
+    if request.param == "cluster":
+        from redis_cluster import shared_cluster
+
+        return shared_cluster()
+    return shared_server()
+
+
+@pytest.fixture(scope="session", name="single_redis")
+def single_redis_fixture() -> RedisServer:
+    """The session's redis-server, for what a cluster does not have."""
+    return shared_server()
+
+
+@pytest.fixture(name="private_redis", params=BACKENDS)
+def private_redis_fixture(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """A redis-server of the test's own, or the session's cluster reset, to kill, pause
+    and restart."""
+    if request.param == "cluster":
+        from redis_cluster import fresh_cluster
+
+        with fresh_cluster() as cluster:
+            yield cluster
+        return
     directory = Path(tempfile.mkdtemp(prefix="loopwatch-redis-"))
     server = RedisServer(directory)
     server.start()

@@ -17,7 +17,7 @@ from typing import Any
 
 from conftest import load_scenarios, meets_expectation
 from redis_server import (  # noqa: F401 - imported fixtures are registered by pytest
-    RedisServer,
+    Backend,
     prefix_fixture,
     redis_server_fixture,
 )
@@ -83,7 +83,7 @@ def worker(
 
 
 def test_conformance_runs_over_four_workers_match_memory(
-    redis_server: RedisServer, prefix: str
+    redis_server: Backend, prefix: str
 ) -> None:
     runs = load_scenarios()
     schedule = interleaved_schedule(runs)

@@ -1,4 +1,5 @@
-"""RedisStore against a real redis-server: URLs, atomic updates, round trips, TTLs, size."""
+"""RedisStore against a real redis-server and a real Redis Cluster: URLs, atomic updates,
+round trips, TTLs, size."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis_server import (  # noqa: F401 - imported fixtures are registered by pytest
+    Backend,
     RedisServer,
     prefix_fixture,
     redis_server_fixture,
+    single_redis_fixture,
 )
 
 from loopwatch import Config, Guard
@@ -22,16 +25,14 @@ from loopwatch.engine import new_state
 from loopwatch.findings import StoreUnavailable, Verdict
 from loopwatch.state import RunState
 from loopwatch.stores import store_from_url
-from loopwatch.stores.redis import RedisStore
+from loopwatch.stores.redis import CAS_SCRIPT, RedisStore
 
 
-def script_calls(server: RedisServer) -> int:
-    """Script calls the server has run (INFO commandstats), read with a client of its own."""
-    import redis
-
-    with redis.Redis.from_url(server.url) as raw:
-        stats: dict[str, Any] = raw.info("commandstats")
-    return sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("evalsha", "eval"))
+def load_script(server: Backend) -> None:
+    """Every master has the script (a cluster's nodes each load it at their first use)."""
+    raw = server.client()
+    raw.script_load(CAS_SCRIPT)
+    raw.close()
 
 
 def event(i: int) -> dict[str, Any]:
@@ -55,7 +56,7 @@ def summary(v: Verdict) -> tuple[Any, ...]:
 
 
 # -- URLs and options ------------------------------------------------------------------
-def test_guard_builds_a_redis_store_from_its_url(redis_server: RedisServer, prefix: str) -> None:
+def test_guard_builds_a_redis_store_from_its_url(redis_server: Backend, prefix: str) -> None:
     guard = Guard(Config(), store=f"{redis_server.url}?prefix={prefix}", ttl_seconds=120)
     assert isinstance(guard.store, RedisStore)
     assert guard.store.prefix == prefix and guard.store.ttl_seconds == 120
@@ -66,10 +67,8 @@ def test_guard_builds_a_redis_store_from_its_url(redis_server: RedisServer, pref
 
 
 @pytest.mark.parametrize("scheme", ["valkey", "redis"])
-def test_valkey_urls_reach_the_same_server(
-    redis_server: RedisServer, prefix: str, scheme: str
-) -> None:
-    url = redis_server.url.replace("redis://", f"{scheme}://")
+def test_valkey_urls_reach_the_same_server(redis_server: Backend, prefix: str, scheme: str) -> None:
+    url = scheme + redis_server.url.removeprefix("redis")  # valkey:// or valkey+cluster://
     store = store_from_url(f"{url}?prefix={prefix}", ttl_seconds=60)
     assert Guard(Config(), store=store).observe("r", event(0)).step == 0
     other = RedisStore.from_url(redis_server.url, prefix=prefix)
@@ -78,11 +77,11 @@ def test_valkey_urls_reach_the_same_server(
     other.close()
 
 
-def test_unix_socket_url(redis_server: RedisServer, prefix: str) -> None:
-    store = store_from_url(f"{redis_server.unix_url}?db=0&prefix={prefix}", ttl_seconds=60)
+def test_unix_socket_url(single_redis: RedisServer, prefix: str) -> None:
+    store = store_from_url(f"{single_redis.unix_url}?db=0&prefix={prefix}", ttl_seconds=60)
     guard = Guard(Config(), store=store)
     assert [guard.observe("r", event(i)).step for i in range(3)] == [0, 1, 2]
-    tcp = RedisStore.from_url(redis_server.url, prefix=prefix)
+    tcp = RedisStore.from_url(single_redis.url, prefix=prefix)
     assert tcp.get("r").n == 3  # type: ignore[union-attr]
     store.close()
     tcp.close()
@@ -141,30 +140,32 @@ def test_errors_name_the_server_but_not_the_password() -> None:
 
 
 # -- atomic updates and round trips --------------------------------------------------------
-def test_one_round_trip_per_step_from_one_worker(redis_server: RedisServer, prefix: str) -> None:
+def test_one_round_trip_per_step_from_one_worker(redis_server: Backend, prefix: str) -> None:
     store = RedisStore.from_url(redis_server.url, prefix=prefix)
     guard = Guard(Config(), store=store)
-    guard.observe("warmup", event(0))  # loads the script if the server lacks it
-    before = script_calls(redis_server)
+    load_script(redis_server)
+    guard.observe("warmup", event(0))  # connects (a cluster client learns the cluster)
+    before = redis_server.script_calls()
     for i in range(30):
         guard.observe("r", event(i))
-    assert script_calls(redis_server) - before == 30
+    assert redis_server.script_calls() - before == 30
     assert store.get("r").n == 30  # type: ignore[union-attr]
 
 
-def test_two_round_trips_when_workers_alternate(redis_server: RedisServer, prefix: str) -> None:
+def test_two_round_trips_when_workers_alternate(redis_server: Backend, prefix: str) -> None:
     a = Guard(Config(), store=RedisStore.from_url(redis_server.url, prefix=prefix))
     b = Guard(Config(), store=RedisStore.from_url(redis_server.url, prefix=prefix))
+    load_script(redis_server)
     a.observe("warmup", event(0))
-    before = script_calls(redis_server)
+    before = redis_server.script_calls()
     steps = [(a if i % 2 == 0 else b).observe("r", event(i)).step for i in range(20)]
     # step 0: a assumes a new run and is right (1); every later step finds the
     # other worker wrote last: one failed compare-and-set, then the write (2).
-    assert script_calls(redis_server) - before == 1 + 2 * 19
+    assert redis_server.script_calls() - before == 1 + 2 * 19
     assert steps == list(range(20))
 
 
-def test_a_stale_cache_never_overwrites_newer_state(redis_server: RedisServer, prefix: str) -> None:
+def test_a_stale_cache_never_overwrites_newer_state(redis_server: Backend, prefix: str) -> None:
     """Worker a's cached version is old after b wrote; a must rebase, not clobber."""
     a = RedisStore.from_url(redis_server.url, prefix=prefix)
     b = RedisStore.from_url(redis_server.url, prefix=prefix)
@@ -181,7 +182,7 @@ def test_a_stale_cache_never_overwrites_newer_state(redis_server: RedisServer, p
     assert b.apply("r", bump, new_state) == 2
 
 
-def test_threads_of_one_process_do_not_lose_steps(redis_server: RedisServer, prefix: str) -> None:
+def test_threads_of_one_process_do_not_lose_steps(redis_server: Backend, prefix: str) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     store = RedisStore.from_url(redis_server.url, prefix=prefix, timeout=5)
@@ -195,7 +196,7 @@ def test_threads_of_one_process_do_not_lose_steps(redis_server: RedisServer, pre
     assert store.conflicts == 0  # the process's own updates of a run take turns
 
 
-def test_async_tasks_and_event_loops(redis_server: RedisServer, prefix: str) -> None:
+def test_async_tasks_and_event_loops(redis_server: Backend, prefix: str) -> None:
     a = RedisStore.from_url(redis_server.url, prefix=prefix, timeout=5)
     b = RedisStore.from_url(redis_server.url, prefix=prefix, timeout=5)
     guards = [Guard(Config(), store=a, on_store_error="raise"), Guard(Config(), store=b)]
@@ -226,7 +227,7 @@ def _observe_in_child(guard: Guard, out: Any) -> None:
 
 
 def test_a_store_inherited_by_a_forked_worker_keeps_working(
-    redis_server: RedisServer, prefix: str
+    redis_server: Backend, prefix: str
 ) -> None:
     import multiprocessing as mp
 
@@ -267,34 +268,39 @@ def test_a_store_inherited_by_a_forked_worker_keeps_working(
     workers=st.lists(st.integers(0, 2), min_size=40, max_size=40),
 )
 def test_any_sequence_over_three_workers_matches_memory(
-    redis_server: RedisServer, events: list[dict[str, Any]], workers: list[int]
+    redis_server: Backend, events: list[dict[str, Any]], workers: list[int]
 ) -> None:
     """Whichever worker handles each step, verdicts equal one in-memory guard's."""
     import uuid
 
-    prefix = uuid.uuid4().hex
-    stores = [RedisStore.from_url(redis_server.url, prefix=prefix) for _ in range(3)]
+    stores = three_workers(redis_server.url)  # kept over examples: a cluster's take 20 ms
+    run = uuid.uuid4().hex
     shared = [Guard(Config(), store=s) for s in stores]
     memory = Guard(Config())
     for i, ev in enumerate(events):
-        assert summary(shared[workers[i]].observe("run", ev)) == summary(memory.observe("run", ev))
+        assert summary(shared[workers[i]].observe(run, ev)) == summary(memory.observe(run, ev))
     if events:
-        assert stores[0].get("run") == memory.state("run")
-    for s in stores:
-        s.reset("run")
-        s.close()
+        assert stores[0].get(run) == memory.state(run)
+    stores[0].reset(run)
+
+
+_workers: dict[str, list[RedisStore]] = {}
+
+
+def three_workers(url: str) -> list[RedisStore]:
+    if url not in _workers:
+        _workers[url] = [RedisStore.from_url(url, prefix="three-workers") for _ in range(3)]
+    return _workers[url]
 
 
 # -- keys, TTLs and size ---------------------------------------------------------------------
-def test_every_key_has_a_ttl_and_len_counts_runs(redis_server: RedisServer, prefix: str) -> None:
-    import redis
-
+def test_every_key_has_a_ttl_and_len_counts_runs(redis_server: Backend, prefix: str) -> None:
     store = RedisStore.from_url(redis_server.url, prefix=prefix, ttl_seconds=90)
     guard = Guard(Config(), store=store)
     for i in range(60):
         guard.observe(f"run-{i % 12}", event(i))
-    raw = redis.Redis.from_url(redis_server.url)
-    keys = sorted(raw.scan_iter(match=f"loopwatch:{prefix}:*"))
+    raw = redis_server.client()
+    keys = sorted(raw.scan_iter(match=f"loopwatch:*{prefix}:*"))  # a cluster's have a tag
     assert len(keys) == 12 == len(store)
     for key in keys:
         assert 0 < raw.pttl(key) <= 90_000
@@ -304,7 +310,7 @@ def test_every_key_has_a_ttl_and_len_counts_runs(redis_server: RedisServer, pref
     raw.close()
 
 
-def test_idle_runs_expire_and_start_afresh(redis_server: RedisServer, prefix: str) -> None:
+def test_idle_runs_expire_and_start_afresh(redis_server: Backend, prefix: str) -> None:
     store = RedisStore.from_url(redis_server.url, prefix=prefix, ttl_seconds=0.3)
     guard = Guard(Config(), store=store)
     assert [guard.observe("r", event(i)).step for i in range(3)] == [0, 1, 2]
@@ -314,12 +320,10 @@ def test_idle_runs_expire_and_start_afresh(redis_server: RedisServer, prefix: st
     assert guard.observe("r", event(3)).step == 0  # the stale local copy is not reused
 
 
-def test_state_size_is_bounded_over_a_long_run(redis_server: RedisServer, prefix: str) -> None:
-    import redis
-
+def test_state_size_is_bounded_over_a_long_run(redis_server: Backend, prefix: str) -> None:
     store = RedisStore.from_url(redis_server.url, prefix=prefix)
     guard = Guard(Config(), store=store, max_iterations=10**9)
-    raw = redis.Redis.from_url(redis_server.url)
+    raw = redis_server.client()
     sizes = {}
     for i in range(3000):
         guard.observe("long", event(i))
@@ -335,12 +339,10 @@ def test_state_size_is_bounded_over_a_long_run(redis_server: RedisServer, prefix
 
 
 def test_a_damaged_value_is_replaced_flagged_and_guarded_again(
-    redis_server: RedisServer, prefix: str
+    redis_server: Backend, prefix: str
 ) -> None:
-    import redis
-
     store = RedisStore.from_url(redis_server.url, prefix=prefix)
-    raw = redis.Redis.from_url(redis_server.url)
+    raw = redis_server.client()
     raw.hset(store.key("bad"), mapping={"v": "x", "s": "{not json"})
     raw.hset(store.key("foreign"), mapping={"v": "y", "s": b'{"n": 3, "calls": []}'})
     raw.set(store.key("wrongtype"), "a string")
@@ -362,7 +364,7 @@ def test_a_damaged_value_is_replaced_flagged_and_guarded_again(
 
 
 def test_lone_surrogates_give_the_same_verdicts_as_in_memory(
-    redis_server: RedisServer, prefix: str
+    redis_server: Backend, prefix: str
 ) -> None:
     store = RedisStore.from_url(redis_server.url, prefix=prefix)
     events = []

@@ -47,6 +47,10 @@ SCHEMES: Final[dict[str, StoreKind]] = {
     "valkey": _REDIS,
     "valkeys": _REDIS,
     "unix": _REDIS,
+    "redis+cluster": _REDIS,  # redis+cluster://host:port[,host:port...]
+    "rediss+cluster": _REDIS,
+    "valkey+cluster": _REDIS,
+    "valkeys+cluster": _REDIS,
     "sqlite": _SQLITE,
 }
 
@@ -57,7 +61,8 @@ def scheme_of(url: str) -> str:
 
 
 def store_from_url(url: str, **options: Any) -> Store:
-    """Build a store from a URL: ``memory://`` (default), ``redis://host:port/db`` or
+    """Build a store from a URL: ``memory://`` (default), ``redis://host:port/db``,
+    ``redis+cluster://host:port,host:port`` (a Redis / Valkey cluster) or
     ``sqlite:///path/state.db`` (``sqlite://`` alone: the user's state directory).
 
     Query parameters and keyword options are passed to the store

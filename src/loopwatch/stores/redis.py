@@ -32,8 +32,42 @@ each seeing all the steps applied before it.
 Keys are ``loopwatch:{prefix}:{run_id}``: one hash per run with the fields ``v``
 (version token) and ``s`` (the state as ``RunState.to_bytes()``). Each write sets the key's TTL,
 so idle runs expire, and the state holds only the engine's bounded window and
-counters, so nothing grows with run length. A script touches only its one key, so
-each call lives in one hash slot.
+counters, so nothing grows with run length. A script touches only its one key (passed
+in ``KEYS``), so each call lives in one hash slot.
+
+Redis Cluster (``redis+cluster://host:port[,host:port...]``, also ``rediss+cluster``,
+``valkey+cluster``, ``valkeys+cluster``; the hosts are startup nodes, any reachable one
+is enough, and the cluster has only database 0). redis-py's cluster clients route each
+call to the master serving the key's slot and follow MOVED and ASK redirections (a slot
+being resharded mid-run keeps the run). A run's key there is
+``loopwatch:{<tag>}:<prefix>:<run_id>`` (the braces literal: Redis's hash-tag syntax),
+the tag being 16 hex digits of a hash of the run id: all of a run lives in one slot,
+braces in a prefix or run id never pick the slot (``{tenant}`` in run ids does not pin
+a tenant's runs to one node), and runs spread over all masters. EVALSHA goes to the
+key's node; a node that lacks the script (restarted, new, promoted) answers NOSCRIPT
+and gets it by EVAL, node by node.
+
+A master that dies or stalls is failed over by the cluster to its replica after
+``cluster-node-timeout`` (plus an election). Until then the run's steps fail like a
+down server's: :class:`StoreUnavailable` within ``timeout``, which the guard lets
+through (unexamined) or raises, per its policy. Each failed call makes redis-py refresh
+its map of the cluster, so the first step after the promotion reaches the new master
+(a dropped link is retried at once, ``retries`` times) and the run goes on from the
+state the replica holds. Replication is asynchronous: writes the old master
+acknowledged but had not yet sent to its replica are lost with it, and the run then
+goes on from an earlier step (or afresh if the replica never had it), never from a
+mix; the compare-and-set sees the version change and recomputes. Runs on other masters
+go on, but with ``cluster-require-full-coverage yes`` (the default) the whole cluster
+answers CLUSTERDOWN between the master's FAIL flag and the promotion, and redis-py
+waits 0.25 s on that answer before the step fails. A step sent again
+after a lost reply finds its own version and counts once. After a fault redis-py
+refreshes its map of the cluster, walking the nodes with a timeout each; the sync
+client does that on a helper thread, waited for only until the step's ``timeout``
+(it goes on in the background), so a sync step still waits at most ``timeout`` per
+reply; an async step is cancelled at ``timeout`` and its event loop gets a fresh
+cluster client (a cancelled command would never make the old one refresh its map).
+The first call of a process discovers the cluster (one CLUSTER SLOTS and one COMMAND),
+trying the URL's nodes with ``connect_timeout`` and ``timeout`` each.
 
 Faults never hang the agent. The async path gives up at exactly ``timeout``. The
 sync path waits at most ``timeout`` for its turn on the run and for each reply, and
@@ -61,7 +95,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..extras import missing_extra
@@ -72,6 +108,11 @@ from .base import State, Store
 if TYPE_CHECKING:
     import redis as redis_sync
     import redis.asyncio as redis_async
+    import redis.asyncio.cluster as redis_async_cluster
+    import redis.cluster as redis_cluster
+
+    SyncClient = redis_sync.Redis | redis_cluster.RedisCluster
+    AsyncClient = redis_async.Redis | redis_async_cluster.RedisCluster
 
 __all__ = ["CAS_SCRIPT", "RedisStore"]
 
@@ -105,6 +146,13 @@ _SCHEMES: Final = {
     "redis+unix": "unix",
     "unix": "unix",
 }
+# A cluster: the URL names one or more startup nodes (host:port, comma-separated).
+_CLUSTER_SCHEMES: Final = {
+    "redis+cluster": "redis",
+    "rediss+cluster": "rediss",
+    "valkey+cluster": "redis",
+    "valkeys+cluster": "rediss",
+}
 
 # Options that may be given in the URL's query string, and how to parse them.
 _URL_OPTIONS: Final[dict[str, Callable[[str], Any]]] = {
@@ -119,9 +167,20 @@ _URL_OPTIONS: Final[dict[str, Callable[[str], Any]]] = {
 }
 
 _GLOB_SPECIAL: Final = str.maketrans({c: "\\" + c for c in "*?[]\\"})
+_TAG_DIGITS: Final = 16
+
+
+def _slot_tag(run_id: str) -> str:
+    """The hash tag of a run's cluster key: hex digits, so never a brace."""
+    data = run_id.encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=_TAG_DIGITS // 2).hexdigest()
+
 
 # Updates of one run from one process take turns on one of these locks.
 _STRIPES: Final = 256
+# Threads that refresh a sync cluster client's map of the cluster, so that a caller
+# can stop waiting.
+_HELPERS: Final = 8
 
 # (version token, the state at that version). The cache owns the dict: an update
 # takes it out, lets ``fn`` mutate it, and puts the result back only once written.
@@ -138,14 +197,30 @@ def _redis_module() -> Any:
     return redis
 
 
-def _split_url(url: str) -> tuple[str, dict[str, str]]:
+def _major_version(redis: Any) -> int:
+    try:
+        return int(str(redis.__version__).split(".")[0])
+    except ValueError:
+        return 99  # a development build: assume a recent one
+
+
+class _Target(NamedTuple):
+    """Where the store connects: a redis-py URL (for a cluster: its first startup node)
+    and, for a cluster, every startup node."""
+
+    url: str
+    cluster_nodes: tuple[tuple[str, int], ...] = ()
+
+
+def _split_url(url: str) -> tuple[_Target, dict[str, str]]:
     """Map the URL to one redis-py understands and take loopwatch's options out of it."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    if scheme not in _SCHEMES:
+    if scheme not in _SCHEMES and scheme not in _CLUSTER_SCHEMES:
         raise ValueError(
             f"unknown Redis store URL {_redact(url)!r}: use redis://, rediss://, "
-            "redis+unix://, valkey:// or valkeys://"
+            "redis+unix://, valkey://, valkeys:// or, for a cluster, redis+cluster://, "
+            "rediss+cluster://, valkey+cluster://, valkeys+cluster://"
         )
     ours: dict[str, str] = {}
     theirs: list[tuple[str, str]] = []
@@ -154,14 +229,50 @@ def _split_url(url: str) -> tuple[str, dict[str, str]]:
             ours[name] = value
         else:
             theirs.append((name, value))
+    query = urlencode(theirs)
+    tail = f"?{query}" if query else ""
+    if scheme in _CLUSTER_SCHEMES:
+        userinfo, _, hosts = parts.netloc.rpartition("@")
+        nodes = _cluster_nodes(url, hosts)
+        if parts.path not in ("", "/", "/0"):
+            raise ValueError(
+                f"{_redact(url)!r}: a cluster has only database 0; drop {parts.path!r}"
+            )
+        auth = f"{userinfo}@" if userinfo else ""
+        host, port = nodes[0]
+        host = f"[{host}]" if ":" in host else host
+        first = f"{_CLUSTER_SCHEMES[scheme]}://{auth}{host}:{port}{tail}"
+        return _Target(first, nodes), ours
     mapped = _SCHEMES[scheme]
     netloc = parts.netloc
     if mapped == "unix" and not parts.path:
         raise ValueError(f"{_redact(url)!r} names no socket path: use redis+unix:///path/to.sock")
-    query = urlencode(theirs)
     # Built by hand: urlunsplit drops the '//' of 'unix:///path' when there is no host.
-    redis_url = f"{mapped}://{netloc}{parts.path}" + (f"?{query}" if query else "")
-    return redis_url, ours
+    return _Target(f"{mapped}://{netloc}{parts.path}{tail}"), ours
+
+
+def _cluster_nodes(url: str, hosts: str) -> tuple[tuple[str, int], ...]:
+    """The startup nodes of ``host:port,host:port`` (``[::1]:port`` for IPv6; port 6379
+    when left out)."""
+    nodes = []
+    for item in hosts.split(","):
+        item = item.strip()
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            port_text = rest.removeprefix(":")
+        else:
+            host, _, port_text = item.partition(":")
+        try:
+            port = int(port_text) if port_text else 6379
+        except ValueError:
+            port = 0
+        if not host or not 0 < port < 65536:
+            raise ValueError(
+                f"{_redact(url)!r}: bad cluster node {item!r}; "
+                "use redis+cluster://host:port[,host:port...]"
+            )
+        nodes.append((host, port))
+    return tuple(nodes)
 
 
 def _redact(url: str) -> str:
@@ -172,6 +283,18 @@ def _redact(url: str) -> str:
     host = parts.netloc.rsplit("@", 1)[-1]
     user = parts.username or ""
     return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, ""))
+
+
+class _LoopClient:
+    """An event loop's async client, whether it knows the cluster yet, and the loop's
+    locks on runs (asyncio objects belong to one loop)."""
+
+    __slots__ = ("client", "locks", "ready")
+
+    def __init__(self, client: AsyncClient, locks: list[asyncio.Lock]) -> None:
+        self.client = client
+        self.locks = locks
+        self.ready = False
 
 
 class RedisStore(Store):
@@ -186,6 +309,9 @@ class RedisStore(Store):
     ``retry_interval`` (seconds to fail fast after a timeout),
     ``cache_size`` (runs whose last state this worker keeps decoded, default 1000: about
     40 KB each with the default detectors; a run not kept costs one more round trip).
+    ``redis+cluster://host:port,host:port`` (and ``rediss+``, ``valkey+``,
+    ``valkeys+cluster``) uses a Redis / Valkey cluster (see the module's notes); other
+    query parameters of a cluster URL are connection options (``ssl_ca_certs``...).
     """
 
     def __init__(
@@ -215,7 +341,7 @@ class RedisStore(Store):
                 "retries, max_conflicts and retry_interval must be >= 0 and cache_size >= 1"
             )
         redis = _redis_module()
-        redis_url, leftover = _split_url(url)
+        target, leftover = _split_url(url)
         if leftover:
             names = ", ".join(sorted(leftover))
             raise ValueError(f"pass {names} to RedisStore.from_url, or as keyword arguments")
@@ -230,22 +356,38 @@ class RedisStore(Store):
         self.cache_size = cache_size
         self._ttl_ms = max(1, round(self.ttl_seconds * 1000))
         self._key_prefix = f"loopwatch:{prefix}:"
-        self._redis_url = redis_url
+        self._target = target
+        self.cluster = bool(target.cluster_nodes)
         self._redis = redis
-        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        # RedisClusterException (e.g. no cluster node reachable) is not a RedisError.
+        self._errors: tuple[type[BaseException], ...] = (
+            redis.RedisError,
+            redis.exceptions.RedisClusterException,
+            OSError,
+        )
         self._timeouts: tuple[type[BaseException], ...] = (
             redis.TimeoutError,
             TimeoutError,
             asyncio.TimeoutError,
         )
         self._async_errors: tuple[type[BaseException], ...] = (*self._errors, asyncio.TimeoutError)
-        self._client: redis_sync.Redis = redis.Redis.from_url(
-            redis_url, **self._client_options(redis)
-        )
-        self._check_options(self._client)
-        self._aclients: dict[
-            asyncio.AbstractEventLoop, tuple[redis_async.Redis, list[asyncio.Lock]]
-        ] = {}
+        # A single server's client connects on first use; a cluster client discovers the
+        # cluster when built, so it is built on first use too (_sync), and a store made
+        # while the cluster is down still builds.
+        single = redis.Redis.from_url(target.url, **self._client_options(redis))
+        self._check_options(single)
+        if self.cluster:
+            single.close()
+            try:  # its constructor checks the keyword options, without connecting
+                self._new_async_cluster(redis)
+            except TypeError as exc:
+                raise ValueError(f"bad option in Redis store URL {self.url!r}: {exc}") from exc
+        self._client: SyncClient | None = None if self.cluster else single
+        self._client_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._local = threading.local()  # the deadline of this thread's current call
+        self._closing: set[asyncio.Task[None]] = set()  # old async clients being closed
+        self._aclients: dict[asyncio.AbstractEventLoop, _LoopClient] = {}
         self._locks = [threading.Lock() for _ in range(_STRIPES)]
         self._pid = os.getpid()
         self._sha: str = hashlib.sha1(CAS_SCRIPT.encode(), usedforsecurity=False).hexdigest()
@@ -304,6 +446,86 @@ class RedisStore(Store):
             "decode_responses": False,
         }
 
+    def _cluster_options(self) -> dict[str, Any]:
+        """redis-py cluster options: bounded waits and no retry inside redis-py (which
+        would retry timeouts too); the store retries a dropped link itself, while time
+        is left (:meth:`_eval`)."""
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        options: dict[str, Any] = {
+            "socket_timeout": self.timeout,
+            "socket_connect_timeout": self.connect_timeout,
+            "retry": Retry(NoBackoff(), 0),
+            "decode_responses": False,
+        }
+        if _major_version(self._redis) < 6:  # before 6.0 the cluster ignores `retry` here
+            options["cluster_error_retry_attempts"] = 0
+        return options
+
+    def _sync(self) -> SyncClient:
+        """The sync client. A cluster's is built on first use (and again after no node
+        was reachable): it discovers the cluster from the URL's nodes, each tried with
+        ``connect_timeout`` and ``timeout``, as a single server's first call connects."""
+        client = self._client
+        if client is not None:
+            return client
+        with self._client_lock:
+            if self._client is None:
+                cluster: Any = self._redis.cluster
+                nodes = [cluster.ClusterNode(h, p) for h, p in self._target.cluster_nodes[1:]]
+                client = cluster.RedisCluster(
+                    url=self._target.url, startup_nodes=nodes, **self._cluster_options()
+                )
+                manager = getattr(client, "nodes_manager", None)
+                if manager is not None and callable(getattr(manager, "initialize", None)):
+                    manager.initialize = self._refresh_off_thread(manager.initialize)
+                self._client = client
+            return self._client
+
+    def _refresh_off_thread(self, refresh: Callable[..., Any]) -> Callable[..., Any]:
+        """redis-py refreshes its map of the cluster inline after a timeout, a dropped
+        link or MOVED, trying node after node, each with its own timeout: on a helper
+        thread instead, waited for until the caller's deadline. A refresh given up goes
+        on there (redis-py runs one at a time) and the caller's command fails as it
+        would have; the next one finds the new map."""
+
+        def bounded(*args: Any, **kwargs: Any) -> Any:
+            future = self._helpers().submit(refresh, *args, **kwargs)
+            deadline = getattr(self._local, "deadline", None) or self._deadline()
+            try:
+                return future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                raise TimeoutError("no cluster node answered in time to refresh the map") from None
+
+        return bounded
+
+    def _within(self, deadline: float, call: Callable[[], T]) -> T:
+        """``call()``, with helper threads waited for until ``deadline`` at most."""
+        self._local.deadline = deadline
+        try:
+            return call()
+        finally:
+            self._local.deadline = None
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self.timeout
+
+    def _lost_cluster(self, exc: BaseException) -> None:
+        """A cluster client that reached no node at all is dropped, to be rebuilt from
+        the URL's nodes by the next update (older redis-py forgets unreachable nodes)."""
+        if self.cluster and isinstance(exc, self._redis.exceptions.RedisClusterException):
+            self._client = None
+
+    def _new_async_cluster(self, redis: Any) -> redis_async_cluster.RedisCluster:
+        from redis.asyncio.cluster import ClusterNode
+
+        nodes = [ClusterNode(h, p) for h, p in self._target.cluster_nodes[1:]]
+        client: redis_async_cluster.RedisCluster = redis.asyncio.cluster.RedisCluster.from_url(
+            self._target.url, startup_nodes=nodes, **self._cluster_options()
+        )
+        return client
+
     def _check_options(self, client: Any) -> None:
         """Fail now, not at the first step, on a query parameter redis-py does not know."""
         pool = client.connection_pool
@@ -314,8 +536,21 @@ class RedisStore(Store):
 
     # -- keys and the local cache ------------------------------------------------------
     def key(self, run_id: str) -> str:
-        """The Redis key holding a run's state."""
+        """The Redis key holding a run's state: ``loopwatch:<prefix>:<run_id>``, and on a
+        cluster ``loopwatch:{<tag>}:<prefix>:<run_id>`` where the hash tag in braces is
+        16 hex digits of a hash of the run id: whatever braces the prefix or the run id hold,
+        the tag alone picks the run's hash slot, and runs spread over all slots."""
+        if self.cluster:
+            tag = _slot_tag(run_id)
+            return f"loopwatch:{{{tag}}}:{self.prefix}:{run_id}"
         return self._key_prefix + run_id
+
+    def _pattern(self) -> str:
+        """A SCAN pattern matching the keys of this prefix, and only those."""
+        prefix = self.prefix.translate(_GLOB_SPECIAL)
+        if self.cluster:
+            return "loopwatch:{" + "?" * _TAG_DIGITS + "}:" + prefix + ":*"
+        return f"loopwatch:{prefix}:*"
 
     def _take(self, run_id: str) -> _Cached | None:
         """Take the run's last known state out of the cache (no copy, no decoding).
@@ -347,6 +582,10 @@ class RedisStore(Store):
         self._locks = [threading.Lock() for _ in range(_STRIPES)]
         self._aclients = {}
         self._cache = OrderedDict()
+        if self.cluster:  # its topology locks may have been held at fork time too
+            self._client_lock = threading.Lock()
+            self._client = None
+            self._pool = None  # the helper threads did not survive the fork
 
     # -- faults ---------------------------------------------------------------------------
     def _fail_fast(self) -> None:
@@ -361,6 +600,7 @@ class RedisStore(Store):
             )
 
     def _unavailable(self, exc: BaseException, doing: str) -> StoreUnavailable:
+        self._lost_cluster(exc)
         cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         if isinstance(exc, self._timeouts):
             self._down_cause = cause
@@ -423,6 +663,11 @@ class RedisStore(Store):
 
     def apply(self, run_id: str, fn: Callable[[State], T], factory: Callable[[], State]) -> T:
         self._fail_fast()
+        if self._client is None:  # a cluster's first call: discovering is not the step's
+            try:
+                self._sync()
+            except self._errors as exc:
+                raise self._unavailable(exc, "discovering the cluster") from exc
         start = time.monotonic()
         # This process's updates of one run take turns, so they never conflict with
         # each other: only other processes' updates cost a retry.
@@ -440,7 +685,7 @@ class RedisStore(Store):
                     reply = None
                 else:
                     try:
-                        reply = self._eval(key, *request)
+                        reply = self._eval(key, *request, deadline=start + self.timeout)
                     except self._errors as exc:
                         raise self._unavailable(exc, f"updating run {run_id!r}") from exc
                 try:
@@ -464,7 +709,9 @@ class RedisStore(Store):
             result = fn(state)
             version = os.urandom(8)
             reply = yield (expected, version, state.to_bytes())
-            if reply == 1:
+            # The stored version is ours: this write landed (a retried send of a script
+            # call whose reply was lost finds its own write), so it is not a conflict.
+            if reply == 1 or reply[0] == version:
                 self._remember(run_id, (version, state))
                 return result
             conflicts += 1
@@ -475,23 +722,51 @@ class RedisStore(Store):
             if wait:
                 yield wait
 
-    def _eval(self, key: str, expected: bytes, version: bytes, blob: bytes) -> Any:
+    def _eval(
+        self, key: str, expected: bytes, version: bytes, blob: bytes, *, deadline: float
+    ) -> Any:
+        """One compare-and-set. On a cluster, a dropped link is sent again at once
+        (``retries`` times, while ``timeout`` is not over): redis-py has by then
+        refreshed its map of the cluster, so the retry reaches a promoted replica or
+        follows a moved slot. (A single server's client reconnects by itself.)"""
         args = (key, expected, version, blob, self._ttl_ms)
-        self.round_trips += 1
-        try:
-            return self._client.evalsha(self._sha, 1, *args)
-        except self._redis.exceptions.NoScriptError:
-            # A restarted or flushed server lost the script: EVAL sends and caches it.
-            self.round_trips += 1
-            return self._client.eval(CAS_SCRIPT, 1, *args)
+
+        def call() -> Any:
+            left = self.retries if self.cluster else 0
+            while True:
+                try:
+                    client = self._sync()
+                    self.round_trips += 1
+                    try:
+                        return client.evalsha(self._sha, 1, *args)
+                    except self._redis.exceptions.NoScriptError:
+                        # A restarted or flushed server (on a cluster: the node serving
+                        # the key) lost the script: EVAL sends and caches it there.
+                        self.round_trips += 1
+                        return client.eval(CAS_SCRIPT, 1, *args)
+                except self._redis.ConnectionError:
+                    if left <= 0 or time.monotonic() >= deadline:
+                        raise
+                    left -= 1
+
+        return self._within(deadline, call)
+
+    def _helpers(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(_HELPERS, thread_name_prefix="loopwatch-redis")
+            return self._pool
 
     async def aapply(
         self, run_id: str, fn: Callable[[State], T], factory: Callable[[], State]
     ) -> T:
         self._fail_fast()
+        item = self._aclient()
+        if not item.ready:
+            await self._adiscover(item)
         start = time.monotonic()
-        client, locks = self._aclient()
-        lock = locks[hash(run_id) % _STRIPES]
+        client = item.client
+        lock = item.locks[hash(run_id) % _STRIPES]
         try:
             await asyncio.wait_for(lock.acquire(), self.timeout)
         except asyncio.TimeoutError:
@@ -512,6 +787,8 @@ class RedisStore(Store):
                     try:
                         reply = await asyncio.wait_for(self._aeval(client, key, *request), left)
                     except self._async_errors as exc:
+                        if isinstance(exc, asyncio.TimeoutError):
+                            self._renew_aclient(client)
                         raise self._unavailable(exc, f"updating run {run_id!r}") from exc
                 try:
                     request = steps.send(reply)
@@ -521,17 +798,36 @@ class RedisStore(Store):
             lock.release()
 
     async def _aeval(
-        self, client: redis_async.Redis, key: str, expected: bytes, version: bytes, blob: bytes
+        self, client: AsyncClient, key: str, expected: bytes, version: bytes, blob: bytes
     ) -> Any:
+        """:meth:`_eval`, async; the caller bounds the whole of it by the time left."""
         args = (key, expected, version, blob, self._ttl_ms)
-        self.round_trips += 1
-        try:
-            return await client.evalsha(self._sha, 1, *args)
-        except self._redis.exceptions.NoScriptError:
-            self.round_trips += 1
-            return await client.eval(CAS_SCRIPT, 1, *args)
+        left = self.retries if self.cluster else 0
+        while True:
+            try:
+                self.round_trips += 1
+                try:
+                    return await client.evalsha(self._sha, 1, *args)
+                except self._redis.exceptions.NoScriptError:
+                    self.round_trips += 1
+                    return await client.eval(CAS_SCRIPT, 1, *args)
+            except self._redis.ConnectionError:
+                if left <= 0:
+                    raise
+                left -= 1
 
-    def _aclient(self) -> tuple[redis_async.Redis, list[asyncio.Lock]]:
+    async def _adiscover(self, item: _LoopClient) -> None:
+        """A new async cluster client first learns the cluster (CLUSTER SLOTS, COMMAND):
+        given ``timeout`` of its own, so that a step's ``timeout`` is for the step."""
+        client = item.client
+        try:
+            await asyncio.wait_for(client.initialize(), self.timeout)
+        except self._async_errors as exc:
+            raise self._unavailable(exc, "discovering the cluster") from exc
+        if item.client is client:
+            item.ready = True
+
+    def _aclient(self) -> _LoopClient:
         """The running event loop's asyncio client and run locks (both belong to one loop)."""
         loop = asyncio.get_running_loop()
         with self._lock:
@@ -539,18 +835,46 @@ class RedisStore(Store):
             if item is None:
                 for old in [lp for lp in self._aclients if lp.is_closed()]:
                     del self._aclients[old]  # its sockets close when it is collected
-                client = self._redis.asyncio.Redis.from_url(
-                    self._redis_url, **self._client_options(self._redis)
-                )
-                item = (client, [asyncio.Lock() for _ in range(_STRIPES)])
+                client: AsyncClient
+                if self.cluster:  # connects on first use
+                    client = self._new_async_cluster(self._redis)
+                else:
+                    client = self._redis.asyncio.Redis.from_url(
+                        self._target.url, **self._client_options(self._redis)
+                    )
+                # a single server's client connects with the first step's command
+                item = _LoopClient(client, [asyncio.Lock() for _ in range(_STRIPES)])
+                item.ready = not self.cluster
                 self._aclients[loop] = item
         return item
+
+    def _renew_aclient(self, client: AsyncClient) -> None:
+        """After a cluster command was given up, the loop gets a new cluster client.
+
+        redis-py refreshes its map of the cluster when a command of its own times out;
+        one cancelled at ``timeout`` never does, so the old client would keep sending a
+        stalled master's slots to it after its replica took over. The new one learns
+        the cluster afresh at its first command; the old one is closed."""
+        if not self.cluster:
+            return
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            item = self._aclients.get(loop)
+            if item is None or item.client is not client:
+                return  # another task renewed it already
+            item.client = self._new_async_cluster(self._redis)
+            item.ready = False
+        task = loop.create_task(client.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     # -- inspection and housekeeping -------------------------------------------------------
     def get(self, run_id: str) -> State | None:
         self._fail_fast()
         try:
-            reply: Any = self._client.hmget(self.key(run_id), ["v", "s"])
+            reply: Any = self._within(
+                self._deadline(), lambda: self._sync().hmget(self.key(run_id), ["v", "s"])
+            )
         except self._errors as exc:
             raise self._unavailable(exc, f"reading run {run_id!r}") from exc
         version, blob = reply
@@ -565,23 +889,22 @@ class RedisStore(Store):
         self._fail_fast()
         self._remember(run_id, None)
         try:
-            self._client.delete(self.key(run_id))
+            self._within(self._deadline(), lambda: self._sync().delete(self.key(run_id)))
         except self._errors as exc:
             raise self._unavailable(exc, f"resetting run {run_id!r}") from exc
 
     def __len__(self) -> int:
         """Live runs under this prefix, counted with SCAN (walks the keyspace: not hot-path)."""
         self._fail_fast()
-        pattern = self._key_prefix.translate(_GLOB_SPECIAL) + "*"
-        try:
-            return sum(1 for _ in self._client.scan_iter(match=pattern, count=1000))
+        try:  # on a cluster, SCAN walks every master
+            return sum(1 for _ in self._sync().scan_iter(match=self._pattern(), count=1000))
         except self._errors as exc:
             raise self._unavailable(exc, "counting runs") from exc
 
     def ttl(self, run_id: str) -> float | None:
         """Seconds until the run's key expires, or None if it does not exist."""
         try:
-            ms = self._client.pttl(self.key(run_id))
+            ms = self._within(self._deadline(), lambda: self._sync().pttl(self.key(run_id)))
         except self._errors as exc:
             raise self._unavailable(exc, f"reading the TTL of run {run_id!r}") from exc
         return None if ms < 0 else ms / 1000
@@ -591,14 +914,19 @@ class RedisStore(Store):
         with self._lock:
             self._cache.clear()
             self._aclients.clear()
-        self._client.close()
+            pool, self._pool = self._pool, None
+        client, self._client = self._client, None if self.cluster else self._client
+        if client is not None:
+            client.close()
+        if pool is not None:
+            pool.shutdown(wait=False)
 
     async def aclose(self) -> None:
         """Close the async client of the running loop, then everything else."""
         with self._lock:
             item = self._aclients.pop(asyncio.get_running_loop(), None)
         if item is not None:
-            await item[0].aclose()
+            await item.client.aclose()
         self.close()
 
     def __repr__(self) -> str:
