@@ -197,13 +197,6 @@ def _redis_module() -> Any:
     return redis
 
 
-def _major_version(redis: Any) -> int:
-    try:
-        return int(str(redis.__version__).split(".")[0])
-    except ValueError:
-        return 99  # a development build: assume a recent one
-
-
 class _Target(NamedTuple):
     """Where the store connects: a redis-py URL (for a cluster: its first startup node)
     and, for a cluster, every startup node."""
@@ -459,8 +452,6 @@ class RedisStore(Store):
             "retry": Retry(NoBackoff(), 0),
             "decode_responses": False,
         }
-        if _major_version(self._redis) < 6:  # before 6.0 the cluster ignores `retry` here
-            options["cluster_error_retry_attempts"] = 0
         return options
 
     def _sync(self) -> SyncClient:
