@@ -13,15 +13,15 @@ from pathlib import Path
 _here = str(Path(__file__).resolve().parent)
 sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != _here]
 
-from autogen_agentchat.agents import AssistantAgent  # noqa: E402
-from autogen_agentchat.conditions import MaxMessageTermination  # noqa: E402
-from autogen_agentchat.teams import RoundRobinGroupChat  # noqa: E402
-from autogen_core import FunctionCall  # noqa: E402
-from autogen_core.models import CreateResult, RequestUsage  # noqa: E402
-from autogen_core.tools import FunctionTool  # noqa: E402
-from autogen_ext.models.replay import ReplayChatCompletionClient  # noqa: E402
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_core import FunctionCall
+from autogen_core.models import CreateResult, RequestUsage
+from autogen_core.tools import FunctionTool
+from autogen_ext.models.replay import ReplayChatCompletionClient
 
-from loopwatch.integrations.autogen import LoopwatchAutogen  # noqa: E402
+from loopwatch.integrations.autogen import LoopwatchAutogen
 
 calls = 0
 

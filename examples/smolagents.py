@@ -12,18 +12,18 @@ from pathlib import Path
 _here = str(Path(__file__).resolve().parent)
 sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != _here]
 
-from smolagents import ToolCallingAgent, tool  # noqa: E402
-from smolagents.models import (  # noqa: E402
+from smolagents import ToolCallingAgent, tool
+from smolagents.models import (
     ChatMessage,
     ChatMessageToolCall,
     ChatMessageToolCallFunction,
     MessageRole,
     Model,
 )
-from smolagents.monitoring import LogLevel  # noqa: E402
+from smolagents.monitoring import LogLevel
 
-from loopwatch import LoopDetected  # noqa: E402
-from loopwatch.integrations.smolagents import LoopwatchSmolagents  # noqa: E402
+from loopwatch import LoopDetected
+from loopwatch.integrations.smolagents import LoopwatchSmolagents
 
 calls = 0
 
