@@ -302,3 +302,72 @@ def test_the_readme_snippet_runs_and_stops_the_loop(
     )
     last = out.strip().splitlines()[-1]  # after Strands' own printing of each tool call
     assert last.startswith("[loopwatch] Run stopped") and "web_search" in last
+
+
+# Strands traces through the global tracer provider, which a process sets once: the
+# export runs in a fresh interpreter, which prints its scan and the live one.
+_EXPORT = """
+import json, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+
+from frameworks_a import scan_otlp
+from strands import Agent, tool
+from strands_script import ScriptedModel, calls_then_answer
+from test_integration_decorator import RecordingGuard
+
+from loopwatch import Config, scan
+from loopwatch.integrations.strands import LoopwatchHooks
+
+
+@tool
+def search(q: str) -> str:
+    '''Search the web.'''
+    return "18C cloudy"
+
+
+guard = RecordingGuard(on_loop="warn")  # let the run go on: the trace ends normally
+hooks = [LoopwatchHooks(guard)]
+model = ScriptedModel(calls_then_answer(6))
+Agent(model=model, tools=[search], hooks=hooks, callback_handler=None)("Weather in Paris?")
+live = scan(guard.events, config=Config())
+[exported] = scan_otlp(exporter.get_finished_spans(), config=Config())
+calls = sum(e["kind"] == "tool_call" for e in guard.events[: live.first_stop + 1])
+print(json.dumps({
+    "live": [live.verdict, calls, [f.detector for f in live.findings]],
+    "exported": [exported.verdict, exported.tool_calls_before_stop,
+                 [f.detector for f in exported.report.findings]],
+}))
+"""
+
+
+@pytest.mark.parametrize("conventions", ["default", "gen_ai_latest_experimental"])
+def test_the_otel_trace_strands_exports_scans_to_the_live_verdict(conventions: str) -> None:
+    """The same looping run, traced by Strands' own OpenTelemetry spans (its default
+    conventions, and the latest GenAI ones), scanned afterwards: the scan stops where
+    the live hooks did, with the same findings."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from frameworks_a import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPWATCH_", "OTEL_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT / "src")])
+    if conventions != "default":
+        env["OTEL_SEMCONV_STABILITY_OPT_IN"] = conventions
+    done = subprocess.run(
+        [sys.executable, "-c", _EXPORT], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["exported"] == found["live"]
+    assert found["live"][:2] == ["stop", 5]
