@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
@@ -72,14 +71,12 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
-from ._common import PendingWarnings, aobserve_safely, content_text, make_guard
+from ._common import PendingWarnings, StoppedRuns, aobserve_queued, content_text, make_guard
 
 __all__ = ["LoopwatchHooks"]
 
 _KEY: Final = "loopwatch"
 """Where a run's loopwatch record lives in Strands' ``invocation_state``."""
-
-_STOPPED_MAX: Final = 10_000
 
 
 @dataclass(eq=False)
@@ -110,8 +107,7 @@ class LoopwatchHooks(HookProvider):
     def __init__(self, guard: Guard | None = None, **config: Any) -> None:
         self.guard = make_guard(guard, config)
         self.pending = PendingWarnings()
-        self._stopped: dict[str, Verdict] = {}
-        self._lock = threading.Lock()
+        self._stopped = StoppedRuns()
         self._with_middleware: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
@@ -137,26 +133,13 @@ class LoopwatchHooks(HookProvider):
         return run if isinstance(run, _Run) and run.watch is self else None
 
     async def _observe(self, run: _Run, event: dict[str, Any]) -> Verdict:
-        verdict = await aobserve_safely(self.guard, run.run_id, event)
-        if verdict.action is Action.WARN:
-            self.pending.add(run.run_id, verdict.message)
-        elif verdict.action is Action.STOP:
-            self._stop(run, verdict)
-        return verdict
-
-    def _stop(self, run: _Run, verdict: Verdict) -> None:
-        self.pending.discard(run.run_id)
-        with self._lock:
-            if len(self._stopped) >= _STOPPED_MAX:
-                self._stopped.clear()
-            self._stopped.setdefault(run.run_id, verdict)
+        return await aobserve_queued(self.guard, run.run_id, event, self.pending, self._stopped)
 
     def _stop_message(self, run: _Run | None) -> str | None:
         """The stop message when the run was stopped (its remaining steps are refused)."""
         if run is None:
             return None
-        with self._lock:
-            verdict = self._stopped.get(run.run_id)
+        verdict = self._stopped.get(run.run_id)
         if verdict is None:
             return None
         return verdict.message or "[loopwatch] Run stopped."
@@ -172,8 +155,7 @@ class LoopwatchHooks(HookProvider):
                 run = active  # invoked from inside a watched run: an agent used as a tool
         if run is None:
             run = _Run(self, self.run_id(agent), owner=agent)
-            with self._lock:
-                self._stopped.pop(run.run_id, None)  # a new run of a conversation
+            self._stopped.pop(run.run_id)  # a new run of a conversation
         state[_KEY] = run
         run.tokens[id(agent)] = _ACTIVE.set(run)
         self._add_middleware(agent)
@@ -201,8 +183,7 @@ class LoopwatchHooks(HookProvider):
     def _end(self, run: _Run) -> None:
         """The run's owner is done: forget its warnings; raise if it was stopped."""
         self.pending.discard(run.run_id)
-        with self._lock:
-            verdict = self._stopped.pop(run.run_id, None)
+        verdict = self._stopped.pop(run.run_id)
         if verdict is not None:
             raise LoopDetected(verdict)
 
@@ -212,8 +193,7 @@ class LoopwatchHooks(HookProvider):
             return
         source = event.source
         run = _Run(self, str(getattr(source, "id", None) or "default"), owner=source)
-        with self._lock:
-            self._stopped.pop(run.run_id, None)
+        self._stopped.pop(run.run_id)
         state[_KEY] = run
 
     async def _after_multi_agent(self, event: AfterMultiAgentInvocationEvent) -> None:
