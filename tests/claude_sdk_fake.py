@@ -79,12 +79,17 @@ class FakeAnthropic:
             _sse(handler, _message(n, [{"type": "text", "text": reply["text"]}], "end_turn"))
 
 
-def search_server(ran: list[dict[str, Any]], result: str = "18C, cloudy") -> Any:
-    """An in-process MCP server with one tool, ``web_search``, that records its calls."""
+def search_server(
+    ran: list[dict[str, Any]], result: str = "18C, cloudy", fails: bool = False
+) -> Any:
+    """An in-process MCP server with one tool, ``web_search``, that records its calls
+    (and raises when it ``fails``)."""
 
     @tool("web_search", "Search the web.", {"q": str})
     async def web_search(args: dict[str, Any]) -> dict[str, Any]:
         ran.append(dict(args))
+        if fails:
+            raise RuntimeError("backend down")
         return {"content": [{"type": "text", "text": result}]}
 
     return create_sdk_mcp_server("web", tools=[web_search])

@@ -26,7 +26,7 @@ from claude_sdk_fake import (
 from frameworks_a import readme_snippet, run_snippet
 from test_integration_decorator import RecordingGuard
 
-from loopwatch import Guard, LoopDetected, scan
+from loopwatch import Config, Guard, LoopDetected, TraceRun, read_runs, scan
 from loopwatch.integrations.claude_agent_sdk import LoopwatchHooks
 
 QUESTION = "What is the weather in Paris?"
@@ -38,13 +38,17 @@ MODES = ["query", "client", "partial"]
 class Session:
     """One offline session: the fake endpoint, the tool's calls, the messages."""
 
-    def __init__(self, script: Any, guard: Guard | None = None, **options: Any) -> None:
+    def __init__(
+        self, script: Any, guard: Guard | None = None, fails: bool = False, **options: Any
+    ) -> None:
+        self.fails = fails
         self.fake = FakeAnthropic(script)
         self.guard = guard if guard is not None else RecordingGuard()
         self.watch = LoopwatchHooks(self.guard)
         self.ran: list[dict[str, Any]] = []
         self.messages: list[Any] = []
         self.options = options
+        self.transcripts: list[dict[str, Any]] = []  # the runs of the CLI's transcripts
 
     def run(self, mode: str = "query", prompts: tuple[str, ...] = (QUESTION,)) -> None:
         asyncio.run(self._run(mode, prompts))
@@ -55,7 +59,7 @@ class Session:
                 server,
                 home,
                 hooks=self.watch.hooks,
-                mcp_servers={"web": search_server(self.ran)},
+                mcp_servers={"web": search_server(self.ran, fails=self.fails)},
                 allowed_tools=[SEARCH],
                 include_partial_messages=mode == "partial",
                 **self.options,
@@ -71,6 +75,11 @@ class Session:
             [prompt] = prompts
             async for message in query(prompt=prompt, options=options):
                 self.messages.append(message)
+            self.transcripts = [
+                r.to_dict()
+                for r in read_runs(f"{home}/.claude/projects")
+                if isinstance(r, TraceRun)
+            ]
         # after the stream has ended: leaving it midway would leave the CLI running
         for message in self.messages:
             self.watch.check(message)
@@ -111,6 +120,15 @@ def test_stop_ends_the_session_and_check_raises_at_the_event_scan_reports(mode: 
     assert len(session.ran) == 4 and len(session.fake.requests) == 5, "the 5th never ran"
     assert set(guard.run_ids) == {session.result.session_id}
     assert session.result.terminal_reason == "hook_stopped"  # the CLI's own stop
+    if mode == "query":
+        # the session as the CLI wrote it down, read back by `loopwatch scan`: same stop
+        [transcript] = session.transcripts
+        scanned = scan(transcript, config=Config())
+        events = transcript["events"]
+        assert scanned.verdict == "stop" and scanned.first_stop is not None
+        calls = sum(e["kind"] == "tool_call" for e in events[: scanned.first_stop + 1])
+        live = sum(e["kind"] == "tool_call" for e in guard.events[: verdict.step + 1])
+        assert calls == live == 5
 
 
 @pytest.mark.parametrize("mode", MODES[2:])
@@ -199,6 +217,19 @@ def test_the_session_is_the_run_and_each_prompt_a_user_turn() -> None:
     assert set(guard.run_ids) == {session.result.session_id}
     assert [e["kind"] for e in guard.events].count("user") == 3
     assert all(v.action == "ok" for v in guard.verdicts)
+
+
+def test_a_failed_call_is_observed_and_still_reaches_the_model() -> None:
+    session = Session(calls_then_answer(1, answer="The search is down."), fails=True)
+    session.run()
+    guard = session.guard
+    assert isinstance(guard, RecordingGuard)
+    assert session.result.result == "The search is down."
+    result = guard.events[-1]
+    assert result["kind"] == "tool_result" and result["error"] is True
+    assert "backend down" in result["text"]
+    [sent] = tool_results(session.fake.requests[-1])
+    assert sent.get("is_error") and "backend down" in result_text(sent)
 
 
 def test_a_sub_agents_calls_name_it_and_its_loop_stops_the_session() -> None:

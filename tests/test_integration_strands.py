@@ -174,6 +174,26 @@ def test_a_healthy_run_is_never_warned_and_sees_the_same_requests(mode: str) -> 
     assert model.requests == plain_model.requests
 
 
+def test_a_stop_on_a_model_response_cancels_its_calls_and_ends_the_turn() -> None:
+    """The iteration cap stops the run on a model response: none of its calls run, each
+    is answered with the message, and the turn ends without another model request."""
+    guard = RecordingGuard(max_iterations=3)
+    ran: list[dict[str, Any]] = []
+    model = ScriptedModel(calls_then_answer(10, args=lambda n: {"q": "paris", "page": n + 1}))
+    agent = make_agent(guard, model, ran)
+
+    with pytest.raises(LoopDetected) as caught:
+        agent(QUESTION)
+
+    verdict = caught.value.verdict
+    assert guard.events[verdict.step]["kind"] == "model"
+    assert verdict.step == scan(guard.events, config=guard.config).first_stop
+    assert len(model.requests) == 4 and len(ran) == 3
+    assert tool_results(agent.messages)["call-3"] == ("error", verdict.message)
+    assert agent.messages[-1]["content"] == [{"text": verdict.message}]
+    assert roles_alternate(agent.messages)
+
+
 def test_the_session_is_the_run_and_each_prompt_a_user_turn(tmp_path: Any) -> None:
     """deer-flow's report: the user asks for the weather once per turn; the lookup
     repeated across eight turns of one session is never stopped."""
