@@ -7,7 +7,7 @@ import pytest
 from frameworks_a import run_example
 
 
-@pytest.mark.parametrize("name", ["pydantic_ai"])
+@pytest.mark.parametrize("name", ["pydantic_ai", "strands", "claude_agent_sdk"])
 def test_example_stops_the_loop_by_call_8(name: str) -> None:
     stopped_at, out = run_example(name)
     assert stopped_at <= 8, out

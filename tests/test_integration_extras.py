@@ -24,6 +24,8 @@ CASES = [
     ("autogen", "autogen_agentchat", "loopwatch[autogen]"),
     ("pydantic_ai", "pydantic_ai", "loopwatch[pydantic-ai]"),
     ("google_adk", "google.adk", "loopwatch[google-adk]"),
+    ("strands", "strands", "loopwatch[strands]"),
+    ("claude_agent_sdk", "claude_agent_sdk", "loopwatch[claude-agent-sdk]"),
 ]
 
 

@@ -27,6 +27,8 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "dask": ("dask", "distributed"),
     "smolagents": ("smolagents",),
     "autogen": ("autogen_agentchat", "autogen_core"),
+    "strands": ("strands",),
+    "claude-agent-sdk": ("claude_agent_sdk",),
 }
 
 

@@ -20,6 +20,8 @@ from ..guard import Guard
 
 __all__ = [
     "PendingWarnings",
+    "StoppedRuns",
+    "aobserve_queued",
     "aobserve_safely",
     "content_text",
     "make_guard",
@@ -153,3 +155,48 @@ class PendingWarnings:
 
     def __len__(self) -> int:
         return len(self._runs)
+
+
+class StoppedRuns:
+    """Runs a stop verdict ended, kept until the adapter reports the stop (raising
+    ``LoopDetected`` when the framework's own stop has run its course); thread-safe and
+    bounded (a stop that is never reported is forgotten, oldest first)."""
+
+    def __init__(self, max_runs: int = _PENDING_RUNS_MAX) -> None:
+        self._runs: OrderedDict[str, Verdict] = OrderedDict()
+        self._lock = threading.Lock()
+        self._max_runs = max_runs
+
+    def add(self, run_id: str, verdict: Verdict) -> None:
+        """Remember the run's first stop."""
+        with self._lock:
+            self._runs.setdefault(run_id, verdict)
+            while len(self._runs) > self._max_runs:
+                self._runs.popitem(last=False)
+
+    def get(self, run_id: str) -> Verdict | None:
+        with self._lock:
+            return self._runs.get(run_id)
+
+    def pop(self, run_id: str) -> Verdict | None:
+        with self._lock:
+            return self._runs.pop(run_id, None)
+
+
+async def aobserve_queued(
+    guard: Guard,
+    run_id: str,
+    event: Mapping[str, Any],
+    pending: PendingWarnings,
+    stopped: StoppedRuns,
+) -> Verdict:
+    """:func:`aobserve_safely`, then act on the verdict the way every adapter does: a
+    warning waits for the run's next model request; a stop drops the run's waiting
+    warnings and is remembered until the adapter reports it."""
+    verdict = await aobserve_safely(guard, run_id, event)
+    if verdict.action is Action.WARN:
+        pending.add(run_id, verdict.message)
+    elif verdict.action is Action.STOP:
+        pending.discard(run_id)
+        stopped.add(run_id, verdict)
+    return verdict

@@ -12,8 +12,10 @@ from ``parentSpanId`` and ordered by time. The mapping:
 * ``execute_tool`` / OpenInference ``TOOL``: a ``tool_call`` when the span
   starts and a ``tool_result`` when it ends (``gen_ai.tool.name``,
   ``gen_ai.tool.call.arguments`` / ``input.value`` / ``tool.parameters``,
-  ``gen_ai.tool.call.result`` / ``output.value``; failed when the status is
-  ERROR or ``error.type`` is set);
+  ``gen_ai.tool.call.result`` / ``output.value``; on the older conventions, the
+  span events ``gen_ai.tool.message`` (``content``: the arguments) and
+  ``gen_ai.choice`` (``message``: the result), as Strands writes them by default;
+  failed when the status is ERROR or ``error.type`` is set);
 * ``chat`` / ``generate_content`` / ``text_completion`` / OpenInference ``LLM``:
   a ``model`` event (output messages, ``gen_ai.completion`` and its flattened
   forms, ``llm.output_messages.*``; usage tokens, ``llm.cost.total``). Tool
@@ -352,6 +354,14 @@ def _oi_messages(a: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
     return out
 
 
+def _in_events(events: list[tuple[str, dict[str, Any]]], event: str, key: str) -> Any:
+    """The value of ``key`` in the first span event named ``event`` that has it."""
+    for name, attrs in events:
+        if name == event and attrs.get(key) is not None:
+            return attrs[key]
+    return None
+
+
 def _model_output(a: Mapping[str, Any], events: list[tuple[str, dict[str, Any]]]) -> Any:
     """The model's output as the span carries it; ``None`` when it carries none (content
     not captured), which is not the same as an empty output."""
@@ -594,6 +604,8 @@ def _emit(
         )
         call: dict[str, Any] = {"kind": "tool_call", "name": name, "id": ident}
         raw_args = _first(a, *_ARG_KEYS)
+        if raw_args is None:  # older conventions (Strands' default): in span events
+            raw_args = _in_events(span.events, "gen_ai.tool.message", "content")
         if raw_args is None:
             _count(missing, "tool_args")
             _unknown(call, "args")
@@ -601,6 +613,8 @@ def _emit(
             call["args"] = call_input(raw_args)
         res: dict[str, Any] = {"kind": "tool_result", "name": name, "id": ident}
         result = _first(a, *_RESULT_KEYS)
+        if result is None:
+            result = _in_events(span.events, "gen_ai.choice", "message")
         if result is None and failed:
             result = (
                 span.status_message
