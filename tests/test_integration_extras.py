@@ -22,6 +22,7 @@ CASES = [
     ("deepeval", "deepeval", "loopwatch[deepeval]"),
     ("smolagents", "smolagents", "loopwatch[smolagents]"),
     ("autogen", "autogen_agentchat", "loopwatch[autogen]"),
+    ("llama_index", "llama_index", "loopwatch[llama-index]"),
 ]
 
 
@@ -53,7 +54,7 @@ def test_loopwatch_itself_imports_without_any_framework() -> None:
     code = (
         "import sys\n"
         "for name in ('agents', 'langchain', 'langgraph', 'deepeval', 'smolagents',\n"
-        "             'autogen_agentchat'):\n"
+        "             'autogen_agentchat', 'llama_index'):\n"
         "    sys.modules[name] = None\n"
         "import loopwatch, loopwatch.integrations, loopwatch.traces\n"
         "print('ok')\n"

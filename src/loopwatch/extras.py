@@ -25,6 +25,7 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "dask": ("dask", "distributed"),
     "smolagents": ("smolagents",),
     "autogen": ("autogen_agentchat", "autogen_core"),
+    "llama-index": ("llama_index",),
 }
 
 
