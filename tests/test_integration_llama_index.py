@@ -102,6 +102,27 @@ def test_stop_raises_at_the_event_scan_reports_and_the_tool_stops_running(stream
     assert len(set(guard.run_ids)) == 1
 
 
+def test_streamed_events_flow_until_the_stop() -> None:
+    guard = RecordingGuard()
+    ran: list[str] = []
+    model = Scripted(loops_then_answers(30))
+    agent = LoopwatchLlamaIndex(guard).attach(
+        FunctionAgent(tools=[make_search(ran)], llm=model.llm)
+    )
+    seen: list[str] = []
+
+    async def go() -> None:
+        handler = agent.run("Weather in Paris?")
+        async for event in handler.stream_events():
+            seen.append(type(event).__name__)
+        await handler
+
+    with pytest.raises(LoopDetected):
+        run(go)
+    assert seen.count("AgentStream") == 5 and seen.count("ToolCallResult") == 5
+    assert len(ran) == 4
+
+
 def test_warning_reaches_the_next_request_once_and_stays_out_of_the_memory() -> None:
     guard = RecordingGuard()
     ran: list[str] = []

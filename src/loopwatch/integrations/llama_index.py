@@ -1,5 +1,6 @@
 """LlamaIndex agent workflows: a watched LLM and watched tools, attached to an agent
-(``FunctionAgent``, ``ReActAgent``, ``CodeActAgent``) or to an ``AgentWorkflow``.
+(``FunctionAgent``, ``ReActAgent``) or to an ``AgentWorkflow``. (A ``CodeActAgent``'s
+model is watched, but the code it writes calls the functions themselves.)
 
 ::
 
