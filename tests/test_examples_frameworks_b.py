@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-NAMES = ["smolagents.py", "autogen.py"]
+NAMES = ["smolagents.py", "autogen.py", "llama_index.py"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -26,6 +26,7 @@ CASES = [
     ("google_adk", "google.adk", "loopwatch[google-adk]"),
     ("strands", "strands", "loopwatch[strands]"),
     ("claude_agent_sdk", "claude_agent_sdk", "loopwatch[claude-agent-sdk]"),
+    ("llama_index", "llama_index", "loopwatch[llama-index]"),
 ]
 
 
@@ -57,7 +58,7 @@ def test_loopwatch_itself_imports_without_any_framework() -> None:
     code = (
         "import sys\n"
         "for name in ('agents', 'langchain', 'langgraph', 'deepeval', 'smolagents',\n"
-        "             'autogen_agentchat'):\n"
+        "             'autogen_agentchat', 'llama_index'):\n"
         "    sys.modules[name] = None\n"
         "import loopwatch, loopwatch.integrations, loopwatch.traces\n"
         "print('ok')\n"

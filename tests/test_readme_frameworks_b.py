@@ -1,7 +1,8 @@
 """The README's "Frameworks (continued)" snippets run as written, with scripted models.
 
 The snippets use free names: ``model`` (a smolagents model), ``client`` (an AutoGen
-model client) and ``web_search`` (the tool, in the framework's own form).
+model client), ``llm`` (a LlamaIndex LLM) and ``web_search`` (the tool, in the
+framework's own form).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 from smolagents import tool
 from test_integration_autogen import Recording, call
+from test_integration_llama_index import Scripted as ScriptedLLM
+from test_integration_llama_index import calls as llama_calls
 from test_integration_readme import run_snippet
 from test_integration_smolagents import Scripted, calls
 
@@ -64,3 +67,23 @@ def test_autogen_snippet() -> None:
         .splitlines()[-1]
         .startswith("[loopwatch] Run stopped: You called web_search(")
     )
+
+
+def test_llama_index_snippet() -> None:
+    ran: list[str] = []
+
+    def web_search(q: str) -> str:
+        """Search the web."""
+        ran.append(q)
+        return "18C, cloudy"
+
+    model = ScriptedLLM(lambda turn, messages: llama_calls("web_search", {"q": "paris"}, turn))
+    _, printed = run_snippet(
+        snippet("LoopwatchLlamaIndex"), None, llm=model.llm, web_search=web_search
+    )
+    assert (
+        printed.strip()
+        .splitlines()[-1]
+        .startswith("[loopwatch] Run stopped: You called web_search(")
+    )
+    assert len(ran) == 4

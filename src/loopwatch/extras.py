@@ -29,6 +29,7 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "autogen": ("autogen_agentchat", "autogen_core"),
     "strands": ("strands",),
     "claude-agent-sdk": ("claude_agent_sdk",),
+    "llama-index": ("llama_index",),
 }
 
 
