@@ -59,8 +59,13 @@ class OptionalBuildExt(build_ext):
             self.extensions = []
 
     def _remove_outputs(self) -> None:
+        # An in-place (editable) build must not leave an older compiled module
+        # beside the source it would shadow; a wheel build leaves the tree alone.
+        bases = [self.build_lib]
+        if self.inplace or getattr(self, "editable_mode", False):
+            bases.append(str(HERE / "src"))
         for ext in self.extensions:
-            for base in (self.build_lib, str(HERE / "src")):
+            for base in bases:
                 path = Path(base) / self.get_ext_filename(ext.name)
                 if path.exists():
                     path.unlink()

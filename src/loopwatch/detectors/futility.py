@@ -139,7 +139,7 @@ class Futility(Detector):
         decays instead of vanishing. Measured against a full reset: labelled coding
         loops stopped 25/30 -> 28/30, p90 lateness 19 -> 15 events; the one extra
         solved run stopped is itself labelled a loop."""
-        st.count = st.count / 2 if st.count >= 2 else 0
+        st.count = st.count / 2 if st.count >= 2 else 0.0
         if st.count:
             return
         st.steps = []

@@ -134,7 +134,10 @@ class SpendVelocity(Detector):
         vocab = st.vocab
         fresh = words - vocab.keys()  # a C-level set difference
         # First in, first out: a word seen long ago may count as new again (lenient).
-        for w in fresh:
+        # Sorted: a set's order follows str hashes, which differ per process, and
+        # the order decides which words leave first (the same run must give the same
+        # findings in every process, and the same state bytes in every build).
+        for w in sorted(fresh):
             vocab[w] = 1
         excess = len(vocab) - _VOCAB_MAX
         if excess > 0:
