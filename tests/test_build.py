@@ -130,7 +130,9 @@ def test_both_builds_agree_on_constructors_and_state_layout(pure: Worker) -> Non
     theirs, ours = pure.ask({"describe": True}), build_worker.describe()
     assert theirs["compiled"] is False and ours["compiled"] is True
     assert theirs["defaults"] == ours["defaults"]
-    assert theirs["records"] == ours["records"]
+    # this process may have imported more record classes (the hooks') than the worker
+    assert theirs["records"].keys() <= ours["records"].keys()
+    assert theirs["records"] == {k: ours["records"][k] for k in theirs["records"]}
 
 
 def _runs(path: Path) -> list[dict[str, Any]]:
