@@ -1,5 +1,6 @@
 # make demo: set up .venv and run loopwatch on the bundled examples.
-# make test: set up .venv, then lint, type-check and run the whole test suite.
+# make test: set up .venv, then lint, type-check and run the whole test suite on the
+# compiled core, then the core tests again on the pure-Python build.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,18 +11,25 @@ STAMP := $(VENV)/.installed-stamp
 SEMANTIC_STAMP := $(VENV)/.installed-semantic-stamp
 
 # google-adk pins OpenTelemetry <= 1.44 and the dev extra's langfuse 5 needs >= 1.45:
-# the Google ADK adapter is type-checked and tested in a virtualenv of its own.
+# the Google ADK adapter is type-checked and tested in a virtualenv of its own. It
+# installs without compiling (LOOPWATCH_PURE): the editable install shares src/, where
+# the main environment's build already put the compiled core.
 ADK_VENV := .venv-adk
 ADK_STAMP := $(ADK_VENV)/.installed-stamp
 
 $(ADK_STAMP): pyproject.toml
 	test -x $(ADK_VENV)/bin/python || $(PYTHON) -m venv $(ADK_VENV)
 	$(ADK_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(ADK_VENV)/bin/python -m pip install --quiet -e '.[google-adk]' 'pytest>=8' \
+	LOOPWATCH_PURE=1 $(ADK_VENV)/bin/python -m pip install --quiet -e '.[google-adk]' 'pytest>=8' \
 		'pytest-asyncio' 'hypothesis>=6.100' 'mypy>=1.10'
 	touch $(ADK_STAMP)
 
-$(STAMP): pyproject.toml
+# The hot path is compiled (mypyc, setup.py) by `pip install -e`: the stamp depends
+# on its sources, so an edited source is rebuilt before the tests run, never shadowed
+# by an older compiled module (tests/test_build.py checks that too).
+COMPILED_SOURCES := $(wildcard src/loopwatch/*.py src/loopwatch/detectors/*.py)
+
+$(STAMP): pyproject.toml setup.py $(COMPILED_SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -29,7 +37,8 @@ $(STAMP): pyproject.toml
 
 # The semantic layer's tests need torch: the CPU build 2.13.0 is the one this
 # machine kind has on disk (a bare `torch` would pull a multi-GB CUDA build).
-$(SEMANTIC_STAMP): $(STAMP)
+# Order-only on the main stamp: an edited source rebuilds the core once, not twice.
+$(SEMANTIC_STAMP): pyproject.toml | $(STAMP)
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev,semantic]'
 	touch $(SEMANTIC_STAMP)
@@ -48,8 +57,17 @@ lint: $(STAMP) $(ADK_STAMP)
 services:
 	bash scripts/ensure_services.sh
 
+# The tests that pin detection (scenarios, detectors, parity, state, turns, unknown
+# values, guard, scan) run a second time on the pure-Python fallback, which is what
+# a machine without a compiler installs; tests/test_build.py compares both builds.
+PURE_TESTS := tests/test_conformance.py tests/test_detectors.py tests/test_parity.py \
+	tests/test_state.py tests/test_turns.py tests/test_unknown.py tests/test_futility.py \
+	tests/test_handoff.py tests/test_spend.py tests/test_events.py tests/test_guard.py \
+	tests/test_scan.py tests/test_config.py tests/test_public_api.py tests/test_build.py
+
 test: lint services $(SEMANTIC_STAMP)
 	$(BIN)/python -m pytest
+	LOOPWATCH_PURE=1 $(BIN)/python -m pytest $(PURE_TESTS)
 	$(ADK_VENV)/bin/python -m pytest tests/test_integration_google_adk.py
 
 # Benchmarks print numbers; none of them is part of `make test`.
@@ -65,3 +83,4 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) $(ADK_VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	find src -name '*.so' -delete -o -name '*.pyd' -delete

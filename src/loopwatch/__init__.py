@@ -12,6 +12,7 @@ The public API::
 
 from __future__ import annotations
 
+from . import _build  # first: LOOPWATCH_PURE=1 must act before any hot module loads
 from .config import Config, ConfigError
 from .detectors import (
     Chanting,
@@ -45,6 +46,9 @@ from .stores import MemoryStore, Store
 from .traces import InputError, TraceRun, read_runs
 
 __version__ = "0.1.0"
+# True when the hot path runs compiled (mypyc), False on the pure-Python build
+# (no compiler at install time, or LOOPWATCH_PURE=1); the results are the same.
+compiled: bool = _build.compiled()
 
 __all__ = [
     "Action",

@@ -20,6 +20,8 @@ from typing import Any, TextIO
 
 import orjson
 
+from . import __version__
+from ._build import describe
 from .config import NEVER_AS_ZERO, Config, ConfigError
 from .scan import Report, ScanFailure, Scanner, scan_one, scan_paths
 from .traces import FORMATS, InputError, read_runs
@@ -63,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="loopwatch", description="Catch LLM agents stuck in loops."
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"loopwatch {__version__} ({describe()})"
     )
     sub = parser.add_subparsers(dest="command")
 

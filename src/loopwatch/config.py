@@ -58,8 +58,14 @@ _TOP_KEYS: Final = frozenset(
 _NEVER: Final = 0  # in TOML, 0 stands for "never" where a threshold may be None
 
 
+def _signature(factory: Any) -> inspect.Signature:
+    """The constructor's signature, read from the class: a class compiled by mypyc
+    carries it there (its ``__init__`` is a slot wrapper that takes ``*args``)."""
+    return inspect.signature(factory)
+
+
 def _params(factory: Any) -> list[str]:
-    return [p for p in inspect.signature(factory.__init__).parameters if p not in ("self", "level")]
+    return [p for p in _signature(factory).parameters if p not in ("self", "level")]
 
 
 @dataclass
@@ -240,7 +246,7 @@ class Config:
 def _defaults(factory: Any) -> dict[str, Any]:
     return {
         p.name: p.default
-        for p in inspect.signature(factory.__init__).parameters.values()
+        for p in _signature(factory).parameters.values()
         if p.name not in ("self", "level")
     }
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from mypy_extensions import mypyc_attr
+
 from .detectors.base import Context, Detector
 from .events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER, Event
 from .findings import Finding, Severity
@@ -36,6 +38,9 @@ def new_state() -> RunState:
     return RunState()
 
 
+# A plain Python class even when compiled (its methods are still compiled): callers
+# and tests may replace ``engine.step`` on an instance, which a native class forbids.
+@mypyc_attr(native_class=False)
 class Engine:
     """Runs a set of detectors over one run's events, step by step."""
 

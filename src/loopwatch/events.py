@@ -579,21 +579,28 @@ class Event:
         unknown_fields = get("unknown")
         others = data.keys() - cls._FIELDS
         extra = {k: data[k] for k in others} if others else None
+        typ = get("type")
+        agent = get("agent")
+        to = get("to")
+        tokens = get("tokens")
+        cost = get("cost")
+        # positional: the hot path of every observed event (keywords cost more to
+        # pass, most of all to the compiled constructor)
         return cls(
-            kind=kind if isinstance(kind, str) else "",
-            name=None if name is None else str(name),
-            args=get("args"),
-            text=text,
-            id=None if ident is None else str(ident),
-            parent=None if parent is None else str(parent),
-            type=None if get("type") is None else str(get("type")),
-            error=get("error") in _TRUE,
-            tokens=_float(get("tokens")),
-            cost=_float(get("cost")),
-            agent=None if get("agent") is None else str(get("agent")),
-            to=None if get("to") is None else str(get("to")),
-            extra=extra,
-            unknown=_NOTHING_UNKNOWN if unknown_fields is None else _unknown_fields(unknown_fields),
+            kind if isinstance(kind, str) else "",
+            None if name is None else str(name),
+            get("args"),
+            text,
+            None if ident is None else str(ident),
+            None if parent is None else str(parent),
+            None if typ is None else str(typ),
+            get("error") in _TRUE,
+            0.0 if tokens is None else _float(tokens),
+            0.0 if cost is None else _float(cost),
+            None if agent is None else str(agent),
+            None if to is None else str(to),
+            extra,
+            _NOTHING_UNKNOWN if unknown_fields is None else _unknown_fields(unknown_fields),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -95,7 +95,8 @@ class Guard:
             return self._store_failed(exc)
         except Exception as exc:  # a loopwatch bug: see _internal_error
             return self._internal_error(exc)
-        self._recovered()
+        if self._outage:
+            self._recovered()
         return verdict
 
     async def aobserve(self, run_id: str, event: Event | Mapping[str, Any]) -> Verdict:

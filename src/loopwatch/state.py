@@ -19,6 +19,7 @@ import json
 from typing import Any, ClassVar, Final, Generic, TypeVar, final
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 __all__ = [
     "STATE_VERSION",
@@ -45,6 +46,7 @@ class StateError(ValueError):
     """A serialised state that cannot be read: another version, or damaged bytes."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Record:
     """A small slotted record, serialised as the list of its fields in slot order.
 
@@ -53,6 +55,11 @@ class Record:
     """
 
     __slots__ = ()
+
+    def __new__(cls: type[R], *args: Any, **kwargs: Any) -> R:
+        # Python's semantics in both builds: a compiled class's own __new__ would
+        # also run __init__, and load() needs an instance without it.
+        return super().__new__(cls)
 
     def dump(self) -> Any:
         """JSON-compatible form (a list of the fields)."""
@@ -82,12 +89,25 @@ class Record:
         return f"{type(self).__name__}({fields})"
 
 
+_FIELDS: dict[type[Record], tuple[str, ...]] = {}  # per class, computed once
+
+
 def _fields(cls: type[Record]) -> tuple[str, ...]:
-    """A record class's own fields, in slot order."""
-    slots: tuple[str, ...] = cls.__slots__
-    return slots
+    """A record class's own fields, in slot order (sorted: ruff's RUF023 keeps every
+    ``__slots__`` sorted). A class compiled by mypyc has no ``__slots__`` left, but
+    lists its attributes in ``__mypyc_attrs__``; sorted, they are the same fields in
+    the same order, so both builds write and read the same bytes."""
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        own = vars(cls)
+        slots = own.get("__slots__")
+        if slots is None:
+            slots = sorted(a for a in own.get("__mypyc_attrs__", ()) if not a.startswith("__"))
+        fields = _FIELDS[cls] = (slots,) if isinstance(slots, str) else tuple(slots)
+    return fields
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DetectorState(Record):
     """Base of each detector's own per-run state.
 
@@ -119,6 +139,7 @@ def load_map(cls: type[R], data: Any) -> dict[str, R]:
     return {k: cls.load(v) for k, v in data.items()}
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class KeyedState(DetectorState, Generic[R]):
     """A detector state that is one LRU dict of records (by call key, agent, span id).
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import ClassVar, Protocol, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from ..events import Event
 from ..findings import Finding, Severity
 from ..state import CallRecord, RunState
@@ -83,6 +85,7 @@ class Context:
         return [c for c in calls if c.step > since]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Detector:
     """Base class: subclasses set ``name`` and ``kinds`` and implement ``observe``.
 
@@ -102,7 +105,7 @@ class Detector:
         super().__init_subclass__(**kwargs)
         # A concrete detector of loopwatch's own names itself. A user's detector is
         # composed explicitly (Guard(detectors=...)), never added to the defaults.
-        if "name" in cls.__dict__ and cls.__module__.startswith("loopwatch."):
+        if "name" in vars(cls) and str(vars(cls).get("__module__", "")).startswith("loopwatch."):
             other = Detector.registry.get(cls.name)
             if other is not None and other.__qualname__ != cls.__qualname__:
                 raise TypeError(f"two detectors are named {cls.name!r}")
@@ -115,8 +118,22 @@ class Detector:
         return DetectorSet((self,)) | other
 
     def __repr__(self) -> str:
-        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        params = ", ".join(f"{k}={v!r}" for k, v in _settings(self) if not k.startswith("_"))
         return f"{type(self).__name__}({params})"
+
+
+def _settings(obj: object) -> list[tuple[str, object]]:
+    """An object's attributes in the order they were set: its ``__dict__``, or for an
+    instance of a class compiled by mypyc (no ``__dict__``), its classes' declared
+    attributes (``__mypyc_attrs__``), base classes first."""
+    if hasattr(obj, "__dict__"):
+        return list(vars(obj).items())
+    out: list[tuple[str, object]] = []
+    for cls in reversed(type(obj).__mro__):
+        for name in vars(cls).get("__mypyc_attrs__", ()):
+            if name != "__dict__" and name not in dict(out) and hasattr(obj, name):
+                out.append((name, getattr(obj, name)))
+    return out
 
 
 class DetectorSet:

@@ -41,7 +41,7 @@ class FutilityState(DetectorState):
     __slots__ = ("count", "noops", "said", "start", "steps", "why")
 
     def __init__(self) -> None:
-        self.count: float = 0  # weighted futile steps (halved by each progress)
+        self.count: float = 0.0  # weighted futile steps (halved by each progress)
         self.start = 0  # event index where the current count started
         self.steps: list[int] = []  # evidence: the last few futile steps
         self.why: dict[str, int] = {}  # kind of futility -> steps of that kind
@@ -139,7 +139,7 @@ class Futility(Detector):
         decays instead of vanishing. Measured against a full reset: labelled coding
         loops stopped 25/30 -> 28/30, p90 lateness 19 -> 15 events; the one extra
         solved run stopped is itself labelled a loop."""
-        st.count = st.count / 2 if st.count >= 2 else 0
+        st.count = st.count / 2 if st.count >= 2 else 0.0
         if st.count:
             return
         st.steps = []
@@ -152,7 +152,7 @@ class Futility(Detector):
         if ctx.event.error and ctx.batched:
             # A parallel batch from one turn hitting the same broken tool is one
             # failed attempt (a loop=false corpus run fails six globs at once).
-            weight = 0
+            weight = 0.0
         count = st.count = before + weight
         steps = st.steps
         if not steps:
