@@ -21,7 +21,7 @@ $(ADK_STAMP): pyproject.toml
 	test -x $(ADK_VENV)/bin/python || $(PYTHON) -m venv $(ADK_VENV)
 	$(ADK_VENV)/bin/python -m pip install --quiet --upgrade pip
 	LOOPWATCH_PURE=1 $(ADK_VENV)/bin/python -m pip install --quiet -e '.[google-adk]' 'pytest>=8' \
-		'pytest-asyncio' 'hypothesis>=6.100' 'mypy>=1.10'
+		'pytest-asyncio' 'hypothesis>=6.100' 'mypy>=2.4.1,<2.5'
 	touch $(ADK_STAMP)
 
 # The hot path is compiled (mypyc, setup.py) by `pip install -e`: the stamp depends
