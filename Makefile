@@ -14,12 +14,25 @@ SEMANTIC_STAMP := $(VENV)/.installed-semantic-stamp
 ADK_VENV := .venv-adk
 ADK_STAMP := $(ADK_VENV)/.installed-stamp
 
-$(ADK_STAMP): pyproject.toml
-	test -x $(ADK_VENV)/bin/python || $(PYTHON) -m venv $(ADK_VENV)
-	$(ADK_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(ADK_VENV)/bin/python -m pip install --quiet -e '.[google-adk]' 'pytest>=8' \
+# A framework's own virtualenv: $(1) the folder, $(2) the extra; the tools to test it there.
+define own_venv
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --upgrade pip
+	$(1)/bin/python -m pip install --quiet -e '.[$(2)]' 'pytest>=8' \
 		'pytest-asyncio' 'hypothesis>=6.100' 'mypy>=1.10'
-	touch $(ADK_STAMP)
+	touch $(1)/.installed-stamp
+endef
+
+$(ADK_STAMP): pyproject.toml
+	$(call own_venv,$(ADK_VENV),google-adk)
+
+# crewai pins pydantic below the dev environment's and pulls chromadb, lancedb, onnxruntime:
+# the CrewAI adapter is type-checked and tested in a virtualenv of its own too.
+CREWAI_VENV := .venv-crewai
+CREWAI_STAMP := $(CREWAI_VENV)/.installed-stamp
+
+$(CREWAI_STAMP): pyproject.toml
+	$(call own_venv,$(CREWAI_VENV),crewai)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,11 +50,12 @@ $(SEMANTIC_STAMP): $(STAMP)
 demo: $(STAMP)
 	$(BIN)/loopwatch demo
 
-lint: $(STAMP) $(ADK_STAMP)
+lint: $(STAMP) $(ADK_STAMP) $(CREWAI_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(ADK_VENV)/bin/mypy src/loopwatch/integrations/google_adk.py
+	$(CREWAI_VENV)/bin/mypy src/loopwatch/integrations/crewai.py
 
 # Services the tests need (redis-server, chromium...): each scripts/services.d/*.sh
 # installs what is missing. pytest exits 5 when it collects no test: make fails on it.
@@ -51,6 +65,7 @@ services:
 test: lint services $(SEMANTIC_STAMP)
 	$(BIN)/python -m pytest
 	$(ADK_VENV)/bin/python -m pytest tests/test_integration_google_adk.py
+	$(CREWAI_VENV)/bin/python -m pytest tests/test_integration_crewai.py
 
 # Benchmarks print numbers; none of them is part of `make test`.
 bench: $(STAMP)
@@ -64,4 +79,4 @@ bench: $(STAMP)
 	bash scripts/services.d/redis.sh && $(BIN)/python benchmarks/bench_redis.py
 
 clean:
-	rm -rf $(VENV) $(ADK_VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(ADK_VENV) $(CREWAI_VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

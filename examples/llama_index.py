@@ -14,12 +14,12 @@ from pathlib import Path
 _here = str(Path(__file__).resolve().parent)
 sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != _here]
 
-from llama_index.core.agent.workflow import FunctionAgent  # noqa: E402
-from llama_index.core.base.llms.types import ToolCallBlock  # noqa: E402
-from llama_index.core.llms import ChatMessage, MockFunctionCallingLLM  # noqa: E402
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.base.llms.types import ToolCallBlock
+from llama_index.core.llms import ChatMessage, MockFunctionCallingLLM
 
-from loopwatch import LoopDetected  # noqa: E402
-from loopwatch.integrations.llama_index import LoopwatchLlamaIndex  # noqa: E402
+from loopwatch import LoopDetected
+from loopwatch.integrations.llama_index import LoopwatchLlamaIndex
 
 calls = 0
 
