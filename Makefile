@@ -17,12 +17,25 @@ SEMANTIC_STAMP := $(VENV)/.installed-semantic-stamp
 ADK_VENV := .venv-adk
 ADK_STAMP := $(ADK_VENV)/.installed-stamp
 
-$(ADK_STAMP): pyproject.toml
-	test -x $(ADK_VENV)/bin/python || $(PYTHON) -m venv $(ADK_VENV)
-	$(ADK_VENV)/bin/python -m pip install --quiet --upgrade pip
-	LOOPWATCH_PURE=1 $(ADK_VENV)/bin/python -m pip install --quiet -e '.[google-adk]' 'pytest>=8' \
+# A framework's own virtualenv: $(1) the folder, $(2) the extra; the tools to test it there.
+define own_venv
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --upgrade pip
+	LOOPWATCH_PURE=1 $(1)/bin/python -m pip install --quiet -e '.[$(2)]' 'pytest>=8' \
 		'pytest-asyncio' 'hypothesis>=6.100' 'mypy>=2.4.1,<2.5'
-	touch $(ADK_STAMP)
+	touch $(1)/.installed-stamp
+endef
+
+$(ADK_STAMP): pyproject.toml
+	$(call own_venv,$(ADK_VENV),google-adk)
+
+# crewai pins pydantic below the dev environment's and pulls chromadb, lancedb, onnxruntime:
+# the CrewAI adapter is type-checked and tested in a virtualenv of its own too.
+CREWAI_VENV := .venv-crewai
+CREWAI_STAMP := $(CREWAI_VENV)/.installed-stamp
+
+$(CREWAI_STAMP): pyproject.toml
+	$(call own_venv,$(CREWAI_VENV),crewai)
 
 # The hot path is compiled (mypyc, setup.py) by `pip install -e`: the stamp depends
 # on its sources, so an edited source is rebuilt before the tests run, never shadowed
@@ -46,11 +59,12 @@ $(SEMANTIC_STAMP): pyproject.toml | $(STAMP)
 demo: $(STAMP)
 	$(BIN)/loopwatch demo
 
-lint: $(STAMP) $(ADK_STAMP)
+lint: $(STAMP) $(ADK_STAMP) $(CREWAI_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(ADK_VENV)/bin/mypy src/loopwatch/integrations/google_adk.py
+	$(CREWAI_VENV)/bin/mypy src/loopwatch/integrations/crewai.py
 
 # Services the tests need (redis-server, chromium...): each scripts/services.d/*.sh
 # installs what is missing. pytest exits 5 when it collects no test: make fails on it.
@@ -69,6 +83,7 @@ test: lint services $(SEMANTIC_STAMP)
 	$(BIN)/python -m pytest
 	LOOPWATCH_PURE=1 $(BIN)/python -m pytest $(PURE_TESTS)
 	$(ADK_VENV)/bin/python -m pytest tests/test_integration_google_adk.py
+	$(CREWAI_VENV)/bin/python -m pytest tests/test_integration_crewai.py
 
 # Benchmarks print numbers; none of them is part of `make test`.
 bench: $(STAMP)
@@ -82,5 +97,5 @@ bench: $(STAMP)
 	bash scripts/services.d/redis.sh && $(BIN)/python benchmarks/bench_redis.py
 
 clean:
-	rm -rf $(VENV) $(ADK_VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(ADK_VENV) $(CREWAI_VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
 	find src -name '*.so' -delete -o -name '*.pyd' -delete

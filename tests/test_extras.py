@@ -7,8 +7,9 @@ import pytest
 from loopwatch.extras import EXTRAS, install_hint, missing, missing_extra
 
 # Extras that conflict with the dev environment: `make test` runs their tests in a
-# virtualenv of their own (google-adk pins OpenTelemetry below what langfuse 5 needs).
-OWN_VENV = {"google-adk"}
+# virtualenv of their own (google-adk pins OpenTelemetry below what langfuse 5 needs,
+# crewai pydantic below the dev environment's).
+OWN_VENV = {"google-adk", "crewai"}
 
 
 def test_every_extra_of_the_package_is_known_and_installed_here() -> None:

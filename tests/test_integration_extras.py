@@ -27,6 +27,7 @@ CASES = [
     ("strands", "strands", "loopwatch[strands]"),
     ("claude_agent_sdk", "claude_agent_sdk", "loopwatch[claude-agent-sdk]"),
     ("llama_index", "llama_index", "loopwatch[llama-index]"),
+    ("crewai", "crewai", "loopwatch[crewai]"),
 ]
 
 

@@ -30,6 +30,7 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "strands": ("strands",),
     "claude-agent-sdk": ("claude_agent_sdk",),
     "llama-index": ("llama_index",),
+    "crewai": ("crewai",),
 }
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "content_text",
     "make_guard",
     "missing_extra",
+    "observe_queued",
     "observe_safely",
 ]
 
@@ -193,7 +194,23 @@ async def aobserve_queued(
     """:func:`aobserve_safely`, then act on the verdict the way every adapter does: a
     warning waits for the run's next model request; a stop drops the run's waiting
     warnings and is remembered until the adapter reports it."""
-    verdict = await aobserve_safely(guard, run_id, event)
+    return _queued(await aobserve_safely(guard, run_id, event), run_id, pending, stopped)
+
+
+def observe_queued(
+    guard: Guard,
+    run_id: str,
+    event: Mapping[str, Any],
+    pending: PendingWarnings,
+    stopped: StoppedRuns,
+) -> Verdict:
+    """Sync :func:`aobserve_queued`, for frameworks whose hooks are sync."""
+    return _queued(observe_safely(guard, run_id, event), run_id, pending, stopped)
+
+
+def _queued(
+    verdict: Verdict, run_id: str, pending: PendingWarnings, stopped: StoppedRuns
+) -> Verdict:
     if verdict.action is Action.WARN:
         pending.add(run_id, verdict.message)
     elif verdict.action is Action.STOP:

@@ -1,0 +1,352 @@
+"""CrewAI with the real package and a scripted model (a ``BaseLLM`` subclass, as CrewAI
+intends for custom models), through CrewAI's own tool-call and LLM-call hooks.
+
+crewai pins pydantic below the dev environment's and pulls a vector-store stack, so
+``make test`` runs this module in a virtualenv of its own (``.venv-crewai``); in the dev
+environment it is skipped. No network: the model is local and telemetry is off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("crewai", reason="crewai runs in .venv-crewai (make test)")
+
+from crewai import Agent, Crew, Task
+from crewai.llms.base_llm import BaseLLM
+from crewai.tools import tool
+from frameworks_a import ROOT, run_example, run_snippet
+from test_integration_decorator import RecordingGuard
+
+from loopwatch import Guard, LoopDetected, scan
+from loopwatch.integrations.crewai import LoopStopped, LoopwatchCrewAI
+
+QUESTION = "What is the weather in Paris?"
+ANSWER = "It is 18C and cloudy in Paris."
+Script = Callable[[int, list[dict[str, Any]]], Any]
+
+
+def call(turn: int, args: dict[str, Any] | None = None, name: str = "web_search") -> Any:
+    """A native tool call (OpenAI's shape, which CrewAI executes)."""
+    arguments = json.dumps(args if args is not None else {"q": "paris"})
+    return [
+        {
+            "id": f"call-{turn}",
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
+    ]
+
+
+class Scripted(BaseLLM):
+    """A model that answers each request with ``script(turn, messages)`` and keeps a copy
+    of every request it was sent."""
+
+    def __init__(self, script: Script, react: bool = False) -> None:
+        super().__init__(model="scripted")
+        self._script = script
+        self._react = react
+        self.requests: list[list[dict[str, Any]]] = []
+
+    def call(self, messages: Any, tools: Any = None, *args: Any, **kwargs: Any) -> Any:
+        sent = (
+            [dict(m) for m in messages]
+            if isinstance(messages, list)
+            else [{"role": "user", "content": messages}]
+        )
+        self.requests.append(sent)
+        return self._script(len(self.requests), sent)
+
+    def supports_function_calling(self) -> bool:
+        return not self._react
+
+    def get_context_window_size(self) -> int:
+        return 100_000
+
+
+def stuck(turn: int, messages: list[dict[str, Any]]) -> Any:
+    return call(turn)
+
+
+def notes(request: list[dict[str, Any]]) -> list[str]:
+    return [str(m.get("content")) for m in request if "[loopwatch]" in str(m.get("content"))]
+
+
+class Searches:
+    def __init__(self) -> None:
+        self.ran: list[dict[str, Any]] = []
+
+        @tool("web_search")
+        def web_search(q: str, page: int = 1) -> str:
+            """Search the web."""
+            self.ran.append({"q": q, "page": page})
+            return "Paris: 18C, cloudy." if page == 1 else f"page {page}: more results"
+
+        self.tool = web_search
+
+
+def crew_of(model: Scripted, searches: Searches, role: str = "researcher") -> Crew:
+    agent = Agent(
+        role=role,
+        goal="Answer",
+        backstory="Careful.",
+        llm=model,
+        tools=[searches.tool],
+        max_iter=25,
+    )
+    task = Task(description=QUESTION, expected_output="One sentence.", agent=agent)
+    return Crew(agents=[agent], tasks=[task])
+
+
+@pytest.fixture
+def guard() -> Iterator[RecordingGuard]:
+    yield RecordingGuard()
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no loopwatch.toml from the repository
+    # no telemetry, no tracing: nothing leaves the machine
+    monkeypatch.setenv("CREWAI_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("CREWAI_TRACING_ENABLED", "false")
+
+
+def test_a_stuck_crew_is_warned_once_then_stopped(guard: RecordingGuard) -> None:
+    model, searches = Scripted(stuck), Searches()
+    crew = crew_of(model, searches)
+    with LoopwatchCrewAI(guard=guard), pytest.raises(LoopDetected) as stopped:
+        crew.kickoff()
+    assert isinstance(stopped.value, LoopStopped)
+    message = stopped.value.verdict.message or ""
+    assert message.startswith("[loopwatch] Run stopped: You called web_search(")
+    # the stopped call did not run; the model was not called after it
+    stop_at = guard.first("stop")
+    assert stop_at is not None
+    assert guard.events[stop_at]["kind"] == "tool_call"
+    calls = sum(e["kind"] == "tool_call" for e in guard.events)
+    assert len(searches.ran) == calls - 1 and len(model.requests) == calls
+    # each warning reaches the model once, in the next request only, after the results
+    warned = [i for i, request in enumerate(model.requests) if notes(request)]
+    assert warned, "the model was warned before the stop"
+    for i in warned:
+        request = model.requests[i]
+        assert request[-1]["role"] == "user" and "[loopwatch] Warning" in request[-1]["content"]
+        assert request[-2]["role"] == "tool"  # the call's result stays right after it
+        assert len(notes(request)) == 1
+    shown = [note for request in model.requests for note in notes(request)]
+    assert len(shown) == len(set(shown)), "a warning is shown once: never kept in the history"
+    # the live stop is the stop the offline scan finds in the same events
+    report = scan(guard.events, config=guard.config)
+    assert report.first_stop == stop_at
+    assert set(guard.run_ids) == {str(crew.id)}
+    assert guard.events[0] == {"kind": "user", "text": QUESTION}
+    assert {e.get("agent") for e in guard.events[1:]} == {"researcher"}
+
+
+def test_skip_answers_the_call_with_why() -> None:
+    guard = RecordingGuard(on_loop="skip")
+
+    def script(turn: int, messages: list[dict[str, Any]]) -> Any:
+        return call(turn) if turn <= 6 else ANSWER
+
+    model, searches = Scripted(script), Searches()
+    crew = crew_of(model, searches)
+    with LoopwatchCrewAI(guard=guard):
+        result = crew.kickoff()
+    assert result.raw == ANSWER
+    skipped = [v for v in guard.verdicts if v.action.value == "skip"]
+    assert skipped and len(searches.ran) == 6 - len(skipped)
+    results = [m for m in model.requests[-1] if m["role"] == "tool"]
+    assert len(results) == 6  # every call has its result
+    answered = [m["content"] for m in results if "[loopwatch]" in m["content"]]
+    assert answered == [v.message for v in skipped]
+    assert not any("blocked by hook" in m["content"] for m in results)
+
+
+def test_a_healthy_run_is_never_warned(guard: RecordingGuard) -> None:
+    def script(turn: int, messages: list[dict[str, Any]]) -> Any:
+        return call(turn, {"q": "paris", "page": turn}) if turn <= 4 else ANSWER
+
+    model, searches = Scripted(script), Searches()
+    with LoopwatchCrewAI(guard=guard):
+        result = crew_of(model, searches).kickoff()
+    assert result.raw == ANSWER
+    assert len(searches.ran) == 4
+    assert {v.action.value for v in guard.verdicts} == {"ok"}
+    assert not any(notes(r) for r in model.requests)
+    kinds = [e["kind"] for e in guard.events]
+    assert kinds == ["user"] + ["tool_call", "tool_result"] * 4 + ["model"]
+
+
+def test_each_kickoff_is_a_user_turn_of_the_crews_run(guard: RecordingGuard) -> None:
+    def script(turn: int, messages: list[dict[str, Any]]) -> Any:
+        return call(turn) if turn % 2 else ANSWER
+
+    model, searches = Scripted(script), Searches()
+    crew = crew_of(model, searches)
+    with LoopwatchCrewAI(guard=guard):
+        crew.kickoff()
+        crew.kickoff()
+    assert [e["kind"] for e in guard.events].count("user") == 2
+    assert set(guard.run_ids) == {str(crew.id)}
+
+
+def test_a_stopped_crew_can_be_kicked_off_again(guard: RecordingGuard) -> None:
+    model, searches = Scripted(stuck), Searches()
+    crew = crew_of(model, searches)
+    with LoopwatchCrewAI(guard=guard) as watch:
+        with pytest.raises(LoopDetected):
+            crew.kickoff()
+        assert watch.stopped.get(str(crew.id)) is not None
+        model._script = lambda turn, messages: ANSWER
+        assert crew.kickoff().raw == ANSWER
+    assert [e["kind"] for e in guard.events].count("user") == 2
+
+
+def test_async_kickoffs_are_stopped(guard: RecordingGuard) -> None:
+    for kickoff in ("kickoff_async", "akickoff"):
+        model, searches = Scripted(stuck), Searches()
+        crew = crew_of(model, searches)
+        with LoopwatchCrewAI(guard=guard), pytest.raises(LoopDetected) as stopped:
+            asyncio.run(getattr(crew, kickoff)())
+        assert "web_search" in str(stopped.value), kickoff
+        assert len(searches.ran) <= 5, kickoff
+
+
+def test_a_streamed_kickoff_is_stopped(guard: RecordingGuard) -> None:
+    model, searches = Scripted(stuck), Searches()
+    crew = crew_of(model, searches)
+    crew.stream = True
+    with LoopwatchCrewAI(guard=guard), pytest.raises(LoopDetected):
+        streaming = crew.kickoff()
+        for _ in streaming:
+            pass
+        streaming.result  # noqa: B018 - raises the run's error
+    assert guard.first("stop") is not None and len(searches.ran) <= 5
+
+
+def test_a_react_agent_is_stopped_by_loopwatch(guard: RecordingGuard) -> None:
+    """A model without native tool calls (CrewAI parses Action / Action Input text)."""
+
+    def script(turn: int, messages: list[dict[str, Any]]) -> str:
+        return 'Thought: search\nAction: web_search\nAction Input: {"q": "paris"}'
+
+    model, searches = Scripted(script, react=True), Searches()
+    with LoopwatchCrewAI(guard=guard), pytest.raises(LoopDetected):
+        crew_of(model, searches).kickoff()
+    assert guard.first("stop") is not None
+    assert {e["kind"] for e in guard.events} == {"user", "model", "tool_call", "tool_result"}
+
+
+def test_a_multi_agent_crew_is_one_run_naming_each_agent(guard: RecordingGuard) -> None:
+    searches = Searches()
+
+    def worker(turn: int, messages: list[dict[str, Any]]) -> Any:
+        return call(turn, {"q": "paris", "page": turn}) if turn == 1 else "Paris: 18C."
+
+    boss_model, worker_model = Scripted(stuck), Scripted(worker)
+    boss = Agent(role="boss", goal="g", backstory="b", llm=boss_model, tools=[searches.tool])
+    helper = Agent(role="worker", goal="g", backstory="b", llm=worker_model, tools=[searches.tool])
+    tasks = [
+        Task(description="Find the weather.", expected_output="facts", agent=helper),
+        Task(description="Write it up.", expected_output="a sentence", agent=boss),
+    ]
+    crew = Crew(agents=[helper, boss], tasks=tasks)
+    with LoopwatchCrewAI(guard=guard), pytest.raises(LoopDetected):
+        crew.kickoff()
+    assert set(guard.run_ids) == {str(crew.id)}
+    agents = [e.get("agent") for e in guard.events if e["kind"] != "user"]
+    assert agents[0] == "worker" and agents[-1] == "boss"
+    assert [e["kind"] for e in guard.events].count("user") == 1
+
+
+def test_a_loopwatch_bug_does_not_break_the_crew() -> None:
+    class Broken(Guard):
+        def observe(self, run_id: str, event: Any) -> Any:
+            raise ValueError("boom")
+
+    def script(turn: int, messages: list[dict[str, Any]]) -> Any:
+        return call(turn) if turn <= 4 else ANSWER  # (CrewAI itself ends the 5th)
+
+    model, searches = Scripted(script), Searches()
+    with LoopwatchCrewAI(guard=Broken()):
+        assert crew_of(model, searches).kickoff().raw == ANSWER
+    assert len(searches.ran) == 4
+
+
+def test_unregister_takes_the_hooks_out(guard: RecordingGuard) -> None:
+    from crewai.hooks import get_before_tool_call_hooks
+
+    watch = LoopwatchCrewAI(guard=guard).register()
+    watch.register()  # twice: still once
+    assert get_before_tool_call_hooks().count(watch.before_tool_call) == 1
+    watch.unregister()
+    assert watch.before_tool_call not in get_before_tool_call_hooks()
+    model, searches = Scripted(lambda turn, messages: ANSWER), Searches()
+    crew_of(model, searches).kickoff()
+    assert guard.events == []
+
+
+def test_passing_guard_and_keywords_is_refused() -> None:
+    with pytest.raises(TypeError):
+        LoopwatchCrewAI(Guard(), on_loop="skip")
+
+
+def test_example_stops_the_loop_by_call_8() -> None:
+    stopped_at, out = run_example("crewai")
+    assert stopped_at <= 8 and "[loopwatch] Run stopped" in out, out
+
+
+def readme_snippet() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[
+        text.index("<!-- frameworks-b:start -->") : text.index("<!-- frameworks-b:end -->")
+    ]
+    found = [
+        code
+        for code in re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+        if "loopwatch.integrations.crewai import" in code
+    ]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_the_readme_snippet_runs_and_stops_the_loop() -> None:
+    searches = Searches()
+    model = Scripted(stuck)
+    names, printed = run_snippet(readme_snippet(), model=model, web_search=searches.tool)
+    names["watch"].unregister()
+    assert printed.strip().splitlines()[-1].startswith("[loopwatch] Run stopped: You called")
+    assert len(searches.ran) == 4
+
+
+def test_an_agent_kicked_off_on_its_own_is_its_own_run(guard: RecordingGuard) -> None:
+    model, searches = Scripted(stuck), Searches()
+    agent = Agent(role="solo", goal="g", backstory="b", llm=model, tools=[searches.tool])
+    with LoopwatchCrewAI(guard=guard):
+        with pytest.raises(LoopDetected):
+            agent.kickoff(QUESTION)
+        model._script = lambda turn, messages: ANSWER
+        assert agent.kickoff("And in Rome?").raw == ANSWER
+    assert set(guard.run_ids) == {str(agent.id)}
+    users = [e["text"] for e in guard.events if e["kind"] == "user"]
+    assert len(users) == 2 and QUESTION in users[0] and "Rome" in users[1]
+    assert len(searches.ran) == 4
+
+
+def test_a_model_call_outside_an_agents_loop_is_not_a_step(guard: RecordingGuard) -> None:
+    from crewai.hooks import LLMCallHookContext
+
+    model = Scripted(lambda turn, messages: ANSWER)
+    agent = Agent(role="solo", goal="g", backstory="b", llm=model)
+    direct = LLMCallHookContext(messages=[{"role": "user", "content": "hi"}], agent=agent)
+    direct.response = ANSWER
+    watch = LoopwatchCrewAI(guard=guard)
+    assert watch.before_llm_call(direct) is None and watch.after_llm_call(direct) is None
+    assert guard.events == []
