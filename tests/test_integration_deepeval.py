@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -327,7 +328,12 @@ def test_scan_reads_the_test_run_file_deepeval_writes(
     @observe(type="agent", name="researcher")
     def agent(question: str) -> str:
         for step in range(6):
+            # The file orders spans only by start times in milliseconds, converted from
+            # perf_counter with the wall clock read anew each time: spans under a few ms
+            # apart can swap on a loaded machine. Real steps are farther apart.
+            time.sleep(0.005)
             think(step)
+            time.sleep(0.005)
             web_search(q="paris weather")
         return "done"
 
