@@ -307,16 +307,12 @@ class LoopwatchLLM(FunctionCallingLLM):
         tool_required: bool = False,
         **kwargs: Any,
     ) -> ChatResponse:
-        run, request = await self._history(user_msg, chat_history)
-        kwargs.update(verbose=verbose, tool_required=tool_required)
-        response = await self._calling().achat_with_tools(
-            tools,
-            chat_history=request,
-            allow_parallel_tool_calls=allow_parallel_tool_calls,
-            **kwargs,
-        )
+        run, response = await self._with_tools(
+            "achat_with_tools", tools, user_msg, chat_history, allow_parallel_tool_calls,
+            verbose=verbose, tool_required=tool_required, **kwargs,
+        )  # fmt: skip
         await self._observed(run, response)
-        return response
+        return response  # type: ignore[no-any-return]
 
     async def astream_chat_with_tools(
         self,
@@ -328,15 +324,32 @@ class LoopwatchLLM(FunctionCallingLLM):
         tool_required: bool = False,
         **kwargs: Any,
     ) -> ChatResponseAsyncGen:
+        run, stream = await self._with_tools(
+            "astream_chat_with_tools", tools, user_msg, chat_history, allow_parallel_tool_calls,
+            verbose=verbose, tool_required=tool_required, **kwargs,
+        )  # fmt: skip
+        return self._stream(run, stream)
+
+    async def _with_tools(
+        self,
+        method: str,
+        tools: Sequence[BaseTool],
+        user_msg: str | ChatMessage | None,
+        chat_history: list[ChatMessage] | None,
+        allow_parallel_tool_calls: bool,
+        **kwargs: Any,
+    ) -> tuple[Any, Any]:
+        """The request with pending warnings, sent through the wrapped function-calling
+        LLM's ``method``: the run it belongs to, and the LLM's answer."""
+        llm = self._calling()
         run, request = await self._history(user_msg, chat_history)
-        kwargs.update(verbose=verbose, tool_required=tool_required)
-        stream = await self._calling().astream_chat_with_tools(
+        answer = await getattr(llm, method)(
             tools,
             chat_history=request,
             allow_parallel_tool_calls=allow_parallel_tool_calls,
             **kwargs,
         )
-        return self._stream(run, stream)
+        return run, answer
 
     def _calling(self) -> FunctionCallingLLM:
         """The wrapped LLM, for the calls only a function-calling LLM has."""
