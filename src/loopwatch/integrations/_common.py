@@ -189,11 +189,12 @@ async def aobserve_queued(
     run_id: str,
     event: Mapping[str, Any],
     pending: PendingWarnings,
-    stopped: StoppedRuns,
+    stopped: StoppedRuns | None = None,
 ) -> Verdict:
     """:func:`aobserve_safely`, then act on the verdict the way every adapter does: a
     warning waits for the run's next model request; a stop drops the run's waiting
-    warnings and is remembered until the adapter reports it."""
+    warnings and is remembered until the adapter reports it (``stopped``: None for a
+    framework whose own stop needs no report later, like ADK's end of invocation)."""
     return _queued(await aobserve_safely(guard, run_id, event), run_id, pending, stopped)
 
 
@@ -202,18 +203,19 @@ def observe_queued(
     run_id: str,
     event: Mapping[str, Any],
     pending: PendingWarnings,
-    stopped: StoppedRuns,
+    stopped: StoppedRuns | None = None,
 ) -> Verdict:
     """Sync :func:`aobserve_queued`, for frameworks whose hooks are sync."""
     return _queued(observe_safely(guard, run_id, event), run_id, pending, stopped)
 
 
 def _queued(
-    verdict: Verdict, run_id: str, pending: PendingWarnings, stopped: StoppedRuns
+    verdict: Verdict, run_id: str, pending: PendingWarnings, stopped: StoppedRuns | None
 ) -> Verdict:
     if verdict.action is Action.WARN:
         pending.add(run_id, verdict.message)
     elif verdict.action is Action.STOP:
         pending.discard(run_id)
-        stopped.add(run_id, verdict)
+        if stopped is not None:
+            stopped.add(run_id, verdict)
     return verdict

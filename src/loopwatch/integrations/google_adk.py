@@ -52,7 +52,7 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
 from ..findings import Action, Verdict
 from ..guard import Guard
-from ._common import PendingWarnings, aobserve_safely, content_text, make_guard
+from ._common import PendingWarnings, aobserve_queued, content_text, make_guard
 
 __all__ = ["STOP_KEY", "LoopwatchPlugin"]
 
@@ -89,12 +89,8 @@ class LoopwatchPlugin(BasePlugin):
         return {"error": message}
 
     async def _observe(self, run: str, event: dict[str, Any]) -> Verdict:
-        verdict = await aobserve_safely(self.guard, run, event)
-        if verdict.action is Action.WARN:
-            self.pending.add(run, verdict.message)
-        elif verdict.action is Action.STOP:
-            self.pending.discard(run)
-        return verdict
+        # No StoppedRuns: ADK's own end of the invocation reports the stop (STOP_KEY).
+        return await aobserve_queued(self.guard, run, event, self.pending)
 
     # -- user turns ---------------------------------------------------------------------
     async def on_user_message_callback(
