@@ -76,3 +76,10 @@ def tool_result(name: Any, call_id: Any, response: Any, error: bool) -> dict[str
 
 def user_prompt(text: Any) -> dict[str, Any]:
     return {"kind": "user", "text": text if isinstance(text, str) else result_text(text)}
+
+
+def session_run_id(payload: Mapping[str, Any]) -> str | None:
+    """The run a hook call belongs to: the CLI session (every CLI here names it
+    ``session_id``)."""
+    session = payload.get("session_id")
+    return None if session is None else str(session)

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from ._dispatch import Answer, Outcome
-from ._events import tool_call, tool_result, user_prompt
+from ._events import session_run_id, tool_call, tool_result, user_prompt
 
 __all__ = ["answer", "events", "run_id"]
 
@@ -38,9 +38,7 @@ PROMPT = "UserPromptSubmit"
 HOOK_EVENTS = ((PRE, True), (POST, True), (POST_FAILURE, True), (PROMPT, False))
 
 
-def run_id(payload: Mapping[str, Any]) -> str | None:
-    session = payload.get("session_id")
-    return None if session is None else str(session)
+run_id = session_run_id
 
 
 def events(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
