@@ -311,3 +311,26 @@ def test_joining_an_existing_cluster_with_columnar_input(tmp_path: Path) -> None
     assert joined.returncode == local.returncode == 0, joined.stderr[-2000:]
     assert joined.stdout == local.stdout and joined.stderr == local.stderr
     assert joined.stdout.count(b"\n") == 3 + 14  # the bad-UTF-8 run is read too
+
+
+@needs_corpus
+def test_guard_replay_of_parquet_runs_agrees_with_the_scan(tmp_path: Path) -> None:
+    """What the columnar reader yields, replayed step by step through a guard, stops
+    where the scan says (the same contract every other reader's fixture is held to)."""
+    from loopwatch import Guard
+
+    runs = _corpus_runs(("codetracer_tb.jsonl",))[:12]
+    path = tmp_path / "runs.parquet"
+    pq.write_table(runs_to_table(runs), path)
+    read = [r for r in read_runs(str(path)) if isinstance(r, TraceRun)]
+    assert [r.run_id for r in read] == [r["run_id"] for r in runs]
+    stops = 0
+    for run in read:
+        guard = Guard(Config())
+        actions = [guard.observe(run.run_id, ev).action for ev in run.events]
+        first_stop = next((i for i, a in enumerate(actions) if a in ("stop", "skip")), None)
+        first_warn = next((i for i, a in enumerate(actions) if a != "ok"), None)
+        report = Scanner(Config()).scan(run)
+        assert (first_warn, first_stop) == (report.first_warn, report.first_stop), run.run_id
+        stops += first_stop is not None
+    assert stops > 0  # the sample holds loops, so the comparison is not vacuous

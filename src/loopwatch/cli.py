@@ -208,23 +208,20 @@ def _cmd_scan(args: argparse.Namespace, config: Config) -> int:
 def _scan_on_engine(args: argparse.Namespace, config: Config, jobs: int) -> int:
     from .fleet import open_engine
 
-    try:
-        engine = open_engine(args.engine, args.engine_address, jobs)
-        executor = engine.__enter__()
-    except ModuleNotFoundError as exc:  # names the extra to install
-        print(f"loopwatch scan: {exc}", file=sys.stderr)
-        return 2
-    except (OSError, TimeoutError) as exc:
-        where = args.engine_address or "a local cluster"
-        print(
-            f"loopwatch scan: cannot reach the {args.engine} engine at {where}: {exc}",
-            file=sys.stderr,
-        )
-        return 2
-    try:
+    with contextlib.ExitStack() as stack:
+        try:
+            executor = stack.enter_context(open_engine(args.engine, args.engine_address, jobs))
+        except ModuleNotFoundError as exc:  # names the extra to install
+            print(f"loopwatch scan: {exc}", file=sys.stderr)
+            return 2
+        except (OSError, TimeoutError) as exc:
+            where = args.engine_address or "a local cluster"
+            print(
+                f"loopwatch scan: cannot reach the {args.engine} engine at {where}: {exc}",
+                file=sys.stderr,
+            )
+            return 2
         return _scan_and_print(args, config, jobs, executor)
-    finally:
-        engine.__exit__(None, None, None)
 
 
 def _scan_and_print(args: argparse.Namespace, config: Config, jobs: int, executor: Any) -> int:

@@ -21,14 +21,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
 from .config import Config
 from .extras import missing_extra
-from .scan import Report, Scanner
+from .scan import Executor, Report, Scanner
 from .traces.base import InputError
 from .traces.columnar import runs_from_table
 
@@ -57,13 +56,6 @@ REPORT_COLUMNS: Final = (
     "events",
     "report",
 )
-
-
-class Executor(Protocol):
-    """What the scan needs of an engine: ``submit(fn, *args)`` returning a future
-    (``concurrent.futures.Executor`` and ``distributed.Client`` both are one)."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]: ...
 
 
 def _pyarrow() -> Any:

@@ -13,10 +13,10 @@ import multiprocessing
 import os
 import sys
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol
 
 import orjson
 
@@ -404,6 +404,14 @@ def _scan_chunk_with(config: Config, runs: list[bytes]) -> list[Report | str]:
     return _scan_chunk(runs)
 
 
+class Executor(Protocol):
+    """What a parallel scan needs of an engine: ``submit(fn, *args)`` returning an
+    object whose ``result()`` waits for the answer. ``concurrent.futures`` executors
+    and a Dask ``distributed.Client`` both are one."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Any: ...
+
+
 class _PoolTask:
     __slots__ = ("async_result",)
 
@@ -484,7 +492,7 @@ def scan_paths(
     paths: Iterable[str],
     config: Config,
     jobs: int = 1,
-    executor: Any = None,
+    executor: Executor | None = None,
     format: str | None = None,
 ) -> Iterator[InputError | Report]:
     """Scan trace files in input order, on ``jobs`` processes or on ``executor`` (a
@@ -513,7 +521,7 @@ def scan_stream(
     items: Iterator[TraceRun | InputError],
     config: Config,
     jobs: int = 1,
-    executor: Any = None,
+    executor: Executor | None = None,
 ) -> Iterator[InputError | Report]:
     """Scan runs in input order, on ``jobs`` processes (or on ``executor``, a
     distributed engine's client), with bounded memory.
@@ -539,7 +547,7 @@ def scan_stream(
 
 
 def _scan_on(
-    executor: Any,
+    executor: Executor,
     scanner: Scanner,
     units: Iterable[list[TraceRun | InputError] | _Range],
     config: Config | None,
