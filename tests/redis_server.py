@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -50,11 +51,33 @@ def redis_binary(name: str) -> str:
     return path
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to outgoing connections (Linux default
+    32768)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A free loopback port *below* the ephemeral range. A port the kernel picked with
+    ``bind(0)`` is an ephemeral one: between choosing it and the server binding it
+    (and again whenever a test restarts a killed node on it), any client socket of
+    the test run (Redis clients, Dask workers) may be given it, and the server fails
+    with "Address already in use" (seen once for a cluster bus port)."""
+    rng = random.Random(uuid.uuid4().int)
+    high = min(_ephemeral_low(), 65536)
+    for _ in range(200):
+        port = rng.randrange(10_000, high) if high > 10_000 else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            found: int = sock.getsockname()[1]
+            return found
+    raise RuntimeError("no free loopback port below the ephemeral range")
 
 
 class RedisServer:
