@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint services bench clean
+.PHONY: demo test lint services bench bench-competitors clean
 
 SEMANTIC_STAMP := $(VENV)/.installed-semantic-stamp
 
@@ -96,6 +96,12 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_report.py
 	bash scripts/services.d/redis.sh && $(BIN)/python benchmarks/bench_redis.py
 
+# Side by side with other PyPI loop guards, per tool call. They are installed into a
+# throwaway folder for the benchmark only, never as loopwatch's dependencies.
+bench-competitors: $(STAMP)
+	$(BIN)/pip install --quiet --target .bench-competitors agent-watchdog==0.1.5 loopguard==0.2.0
+	$(BIN)/python benchmarks/bench_competitors.py
+
 clean:
-	rm -rf $(VENV) $(ADK_VENV) $(CREWAI_VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(ADK_VENV) $(CREWAI_VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache .bench-competitors
 	find src -name '*.so' -delete -o -name '*.pyd' -delete

@@ -38,3 +38,22 @@ def test_every_detector_a_config_can_enable_is_importable_from_the_top() -> None
     built = {type(d) for d in Config().detectors()}
     assert built <= exported
     assert len(DETECTORS) >= len(built)
+
+
+def test_verdicts_and_findings_survive_pickling_and_copying() -> None:
+    """Scan workers send reports back to the main process, and users hand verdicts to
+    other processes: both builds (the compiled classes have no argument-free
+    constructor, and a finding is frozen) must pickle and copy them whole."""
+    import copy
+    import pickle
+
+    from loopwatch import Action, Finding, Severity, Verdict
+
+    finding = Finding("repeated_call", Severity.STOP, 7, (1, 3, 7), "the same call", "k")
+    verdict = Verdict(Action.STOP, 7, (finding,), "stop", True, {"state_reset": "x"})
+    for clone in (pickle.loads(pickle.dumps(verdict)), copy.deepcopy(verdict)):
+        assert clone == verdict and clone is not verdict
+        assert clone.findings[0] == finding and clone.extra == {"state_reset": "x"}
+    assert pickle.loads(pickle.dumps(finding)) == finding
+    assert Verdict(Action.OK, 1) != Verdict(Action.OK, 2)
+    assert Verdict(Action.OK, 1).extra == {} and Verdict(Action.OK, 1).findings == ()

@@ -577,8 +577,9 @@ class Event:
         ident = get("id")
         parent = get("parent")
         unknown_fields = get("unknown")
-        others = data.keys() - cls._FIELDS
-        extra = {k: data[k] for k in others} if others else None
+        fields = cls._FIELDS
+        # the common case first: no field beyond FORMAT.md's (no set built)
+        extra = None if fields.issuperset(data) else {k: data[k] for k in data.keys() - fields}
         typ = get("type")
         agent = get("agent")
         to = get("to")

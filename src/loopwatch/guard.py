@@ -22,7 +22,7 @@ from .detectors import Detector
 from .engine import Engine, new_state
 from .events import KINDS, Event
 from .findings import Action, StoreUnavailable, Verdict
-from .policy import Policy
+from .policy import Policy, Step
 from .stores import SCHEMES, Store, scheme_of, store_from_url
 from .stores.base import State
 
@@ -173,21 +173,7 @@ class Guard:
         return first
 
     def _stepper(self, ev: Event) -> Callable[[State], Verdict]:
-        engine, policy = self.engine, self.policy
-
-        def step(state: State) -> Verdict:
-            n = state.n
-            findings = engine.step(state, ev)
-            verdict = (
-                policy.decide(n, ev.kind, findings, state) if findings else Verdict(Action.OK, n)
-            )
-            if state.reset_reason is not None:
-                # the store could not read this run's state and started it afresh
-                verdict.extra["state_reset"] = state.reset_reason
-                state.reset_reason = None
-            return verdict
-
-        return step
+        return Step(self.engine, self.policy, ev)
 
     # -- store faults -----------------------------------------------------------------
     def _store_failed(self, exc: StoreUnavailable) -> Verdict:

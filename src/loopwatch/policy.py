@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from .events import TOOL_CALL
+from .engine import Engine
+from .events import TOOL_CALL, Event
 from .findings import Action, Finding, Severity, Verdict
 from .state import RunState
 
-__all__ = ["ON_LOOP_CHOICES", "OnLoop", "Policy"]
+__all__ = ["ON_LOOP_CHOICES", "OnLoop", "Policy", "Step"]
 
 OnLoop = Literal["stop", "skip", "warn"]
 ON_LOOP_CHOICES: Final = ("stop", "skip", "warn")
@@ -73,3 +74,29 @@ class Policy:
     def blocks(self, action: Action) -> bool:
         """Whether an action ends or blocks (what the scan reports as ``first_stop``)."""
         return action is Action.STOP or action is Action.SKIP
+
+
+class Step:
+    """One event's update of a run's state and the verdict on it: what the guard hands
+    its store to run under the run's lock. A small compiled object rather than a
+    closure, because one is built for every observed event."""
+
+    __slots__ = ("engine", "event", "policy")
+
+    def __init__(self, engine: Engine, policy: Policy, event: Event) -> None:
+        self.engine = engine
+        self.policy = policy
+        self.event = event
+
+    def __call__(self, state: RunState) -> Verdict:
+        n = state.n
+        ev = self.event
+        findings = self.engine.step(state, ev)
+        verdict = (
+            self.policy.decide(n, ev.kind, findings, state) if findings else Verdict(Action.OK, n)
+        )
+        if state.reset_reason is not None:
+            # the store could not read this run's state and started it afresh
+            verdict.extra["state_reset"] = state.reset_reason
+            state.reset_reason = None
+        return verdict

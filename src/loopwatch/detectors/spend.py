@@ -134,17 +134,17 @@ class SpendVelocity(Detector):
         vocab = st.vocab
         # In the text's order (ordered_words): the FIFO below evicts the oldest words,
         # so the insertion order decides what is remembered.
-        fresh = [w for w in words if w not in vocab]
         # First in, first out: a word seen long ago may count as new again (lenient).
-        for w in fresh:
-            vocab[w] = 1
+        fresh = 0
+        for w in words:
+            if w not in vocab:
+                vocab[w] = 1
+                fresh += 1
         excess = len(vocab) - _VOCAB_MAX
         if excess > 0:
             for w in list(itertools.islice(vocab, excess)):
                 del vocab[w]
-        return len(fresh) >= self.min_new_words and len(fresh) >= self.min_output_novelty * len(
-            words
-        )
+        return fresh >= self.min_new_words and fresh >= self.min_output_novelty * len(words)
 
     def observe(self, ctx: Context) -> Finding | None:
         ev = ctx.event
