@@ -242,3 +242,47 @@ def test_a_run_that_fails_in_a_worker_process_costs_that_run_only(
     assert [i.run_id for i in items if isinstance(i, Report)] == [
         f"r{i}" for i in range(30) if i != 7
     ]
+
+
+@pytest.mark.parametrize("reader", ["files", "stream"])
+def test_a_scan_worker_that_dies_loses_no_run_and_the_scan_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, reader: str
+) -> None:
+    """A worker process killed mid-scan (out of memory, a crash in native code) must
+    not hang the scan or lose the runs it held: they are scanned in the main process
+    (with a warning), and the output is the serial scan's. With multiprocessing.Pool
+    the dead worker's result never arrived and the scan waited forever."""
+    import os
+    import signal
+
+    scan_module = sys.modules["loopwatch.scan"]  # the package's `scan` is the function
+
+    parent = os.getpid()
+    real_scan = scan_module.Scanner.scan
+
+    def dies_in_a_worker(self: Scanner, run: Any, run_id: str | None = None) -> Any:
+        if os.getpid() != parent and isinstance(run, dict) and run.get("run_id") == "victim":
+            os._exit(9)  # the worker process dies at once, as if killed
+        return real_scan(self, run, run_id)
+
+    runs = [looping_run(f"r{i}") if i % 2 else clean_run(f"r{i}") for i in range(30)]
+    runs.insert(7, looping_run("victim"))
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    serial = [r.to_dict() for r in scan_module.scan_paths([str(path)], Config())]  # type: ignore[union-attr]
+
+    monkeypatch.setattr(scan_module.Scanner, "scan", dies_in_a_worker)
+    signal.signal(signal.SIGALRM, signal.default_int_handler)
+    signal.alarm(120)  # a hang fails the test (KeyboardInterrupt) instead of the suite
+    try:
+        if reader == "files":
+            parallel = list(scan_module.scan_paths([str(path)], Config(), jobs=2))
+        else:
+            parallel = list(scan_stream(read_runs(str(path)), Config(), jobs=2))
+    finally:
+        signal.alarm(0)
+    assert all(isinstance(r, Report) for r in parallel)
+    assert [r.to_dict() for r in parallel] == serial  # type: ignore[union-attr]
+    assert len(serial) == 31
+    if reader == "files":
+        assert "the main process reads it instead" in caplog.text

@@ -14,6 +14,8 @@ import os
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Final, NamedTuple, Protocol
@@ -412,28 +414,49 @@ class Executor(Protocol):
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> Any: ...
 
 
-class _PoolTask:
-    __slots__ = ("async_result",)
+class _FailedTask:
+    """A unit of work the engine refused (a process pool broken by a dead worker): its
+    result raises, so :func:`_drain` scans the unit in this process instead."""
 
-    def __init__(self, async_result: Any) -> None:
-        self.async_result = async_result
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
 
     def result(self) -> Any:
-        return self.async_result.get()
+        raise self.error
 
 
-class _PoolExecutor:
-    """A multiprocessing pool behind the ``submit`` interface the engines share."""
+def _submit(executor: Executor, fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return executor.submit(fn, *args)
+    except Exception as exc:  # e.g. BrokenProcessPool: later units are scanned here
+        what = f"{type(exc).__name__}: {exc}"
+        if what not in _SCANNED_HERE:
+            _SCANNED_HERE.add(what)
+            log.warning(
+                "loopwatch: the scan workers failed (%s); the main process scans the rest", what
+            )
+        return _FailedTask(exc)
 
-    def __init__(self, pool: Any) -> None:
-        self.pool = pool
 
-    def submit(self, fn: Any, /, *args: Any) -> _PoolTask:
-        return _PoolTask(self.pool.apply_async(fn, args))
+@contextmanager
+def _process_pool(jobs: int, config: Config) -> Iterator[ProcessPoolExecutor]:
+    """Worker processes initialised with the configuration. A ``concurrent.futures``
+    pool rather than ``multiprocessing.Pool``: when a worker dies (killed for memory,
+    a crash in native code) or its answer cannot be unpickled, the pending results
+    raise instead of never arriving, so the scan finishes its units here instead of
+    hanging."""
+    ctx = multiprocessing.get_context("spawn" if sys.platform == "darwin" else "fork")
+    pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker, initargs=(config,))
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 log = logging.getLogger("loopwatch")
-_SCANNED_HERE: set[str] = set()  # files whose ranges a worker failed (warned once each)
+_SCANNED_HERE: set[str] = set()  # files a worker failed, and pool failures (warned once each)
 
 
 class _Range(NamedTuple):
@@ -511,10 +534,9 @@ def scan_paths(
         units = _units(paths, format, _ENGINE_CHUNK_EVENTS)
         yield from _scan_on(executor, scanner, units, config, max(jobs, 1))
         return
-    ctx = multiprocessing.get_context("spawn" if sys.platform == "darwin" else "fork")
-    with ctx.Pool(jobs, initializer=_init_worker, initargs=(config,)) as pool:
+    with _process_pool(jobs, config) as pool:
         units = _units(paths, format, _CHUNK_EVENTS)
-        yield from _scan_on(_PoolExecutor(pool), scanner, units, None, jobs)
+        yield from _scan_on(pool, scanner, units, None, jobs)
 
 
 def scan_stream(
@@ -541,9 +563,8 @@ def scan_stream(
         for item in items:
             yield item if isinstance(item, InputError) else scan_one(scanner, item)
         return
-    ctx = multiprocessing.get_context("spawn" if sys.platform == "darwin" else "fork")
-    with ctx.Pool(jobs, initializer=_init_worker, initargs=(config,)) as pool:
-        yield from _scan_on(_PoolExecutor(pool), scanner, _chunks(items), None, jobs)
+    with _process_pool(jobs, config) as pool:
+        yield from _scan_on(pool, scanner, _chunks(items), None, jobs)
 
 
 def _scan_on(
@@ -560,7 +581,7 @@ def _scan_on(
     pending: deque[tuple[list[TraceRun | InputError] | _Range, list[bool], Any]] = deque()
     for unit in units:
         if isinstance(unit, _Range):
-            task = executor.submit(_scan_range, config, *unit)
+            task = _submit(executor, _scan_range, config, *unit)
             pending.append((unit, [], task))
         else:
             payload: list[bytes] = []
@@ -573,9 +594,9 @@ def _scan_on(
                     except TypeError:  # too deep for orjson (or not JSON at all)
                         shipped.append(False)
             task = (
-                executor.submit(_scan_chunk, payload)
+                _submit(executor, _scan_chunk, payload)
                 if config is None
-                else executor.submit(_scan_chunk_with, config, payload)
+                else _submit(executor, _scan_chunk_with, config, payload)
             )
             pending.append((unit, shipped, task))
         while len(pending) > 2 * jobs:
