@@ -1,6 +1,6 @@
-"""Helpers shared by the tests of the Pydantic AI, Google ADK, Strands and Claude Agent
-SDK adapters: scanning a framework's own OpenTelemetry export,
-and running an ``examples/`` script."""
+"""Helpers shared by the tests of the framework adapters (Pydantic AI, Google ADK, Strands,
+Claude Agent SDK, smolagents, AutoGen, LlamaIndex): scanning a framework's own
+OpenTelemetry export, and running an ``examples/`` script."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,3 +110,30 @@ def run_snippet(code: str, **names: Any) -> tuple[dict[str, Any], str]:
     with contextlib.redirect_stdout(out):
         exec(compile(code, "README.md", "exec"), namespace)
     return namespace, out.getvalue()
+
+
+@contextmanager
+def openinference(instrumentor: Any, **options: Any) -> Iterator[Any]:
+    """An OpenInference ``instrumentor`` on for the block, exporting to memory (yields the
+    ``InMemorySpanExporter``), and off afterwards: the framework's other tests run on the
+    framework as it is."""
+    from traces_convert import _otel_collector
+
+    provider, exporter = _otel_collector()
+    instrumentor.instrument(tracer_provider=provider, **options)
+    try:
+        yield exporter
+    finally:
+        instrumentor.uninstrument()
+    assert not instrumentor.is_instrumented_by_opentelemetry
+
+
+def assert_scans_like_the_live_run(events: list[dict[str, Any]], exported: Scanned) -> None:
+    """The exported run scans to the verdict of the live events (the default configuration:
+    the 5th identical call stops), stops after as many tool calls, with the same detectors."""
+    live = scan(events, config=Config())
+    assert exported.verdict == live.verdict == "stop"
+    assert live.first_stop is not None
+    live_calls = sum(e["kind"] == "tool_call" for e in events[: live.first_stop + 1])
+    assert exported.tool_calls_before_stop == live_calls == 5
+    assert [f.detector for f in exported.report.findings] == [f.detector for f in live.findings]

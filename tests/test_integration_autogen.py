@@ -8,6 +8,7 @@ against ``loopwatch.scan`` of the same events. No network.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,9 +21,10 @@ from autogen_core import FunctionCall
 from autogen_core.models import CreateResult, LLMMessage, RequestUsage, UserMessage
 from autogen_core.tools import FunctionTool
 from autogen_ext.models.replay import ReplayChatCompletionClient
+from frameworks_a import Scanned, assert_scans_like_the_live_run, scan_otlp
 from test_integration_decorator import RecordingGuard
 
-from loopwatch import Guard, LoopDetected, scan
+from loopwatch import Config, Guard, LoopDetected, scan
 from loopwatch.integrations.autogen import NOT_RUN, LoopwatchAutogen
 
 INFO: Any = {
@@ -257,3 +259,109 @@ def test_a_loopwatch_bug_never_breaks_the_agent() -> None:
     )
     result = asyncio.run(agent.run(task="Weather in Paris?"))
     assert result.messages[-1].to_text() == "Done." and len(ran) == 2
+
+
+# -- the same run exported -------------------------------------------------------------------
+def exported_run(
+    monkeypatch: pytest.MonkeyPatch, openinference_on: bool, builtin_on: bool
+) -> tuple[RecordingGuard, list[str], list[Scanned]]:
+    """The looping run (six identical searches, then the answer) with AutoGen's own
+    tracing (``builtin_on``: autogen-core's GenAI spans, which go to the global tracer
+    provider, here redirected to the test's) and OpenInference's AgentChat instrumentor
+    (``openinference_on``), let go on (``on_loop="warn"``) so that the trace ends
+    normally: the guard, the calls the tool ran, and the exported runs scanned.
+
+    The model client is autogen_ext's ``OpenAIChatCompletionClient`` on a scripted
+    transport, not the replay client: the instrumentor records the model calls of the
+    OpenAI clients only, which is what users run."""
+    import httpx
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+    from openinference.instrumentation.autogen_agentchat import AutogenAgentChatInstrumentor
+    from opentelemetry import trace
+    from traces_convert import _otel_collector, openai_transport
+
+    turns: list[Any] = [[("search", {"q": "paris weather", "page": 1})]] * 6
+    client = OpenAIChatCompletionClient(
+        model="gpt-test",
+        model_info=INFO,
+        api_key="test",
+        base_url="http://127.0.0.1:9/v1",
+        http_client=httpx.AsyncClient(transport=openai_transport([*turns, "It is 18C."])),
+        max_retries=0,
+    )
+    guard = RecordingGuard(on_loop="warn")
+    ran: list[str] = []
+    watch = LoopwatchAutogen(guard, run_id="conv-1")
+    provider, exporter = _otel_collector()
+    if builtin_on:
+        default = trace.get_tracer
+
+        def get_tracer(name: str, version: Any = None, tracer_provider: Any = None,
+                       *args: Any, **kwargs: Any) -> Any:  # fmt: skip
+            return default(name, version, tracer_provider or provider, *args, **kwargs)
+
+        monkeypatch.setattr(trace, "get_tracer", get_tracer)
+    with contextlib.ExitStack() as stack:
+        if openinference_on:
+            instrumentor = AutogenAgentChatInstrumentor()
+            instrumentor.instrument(tracer_provider=provider)
+            stack.callback(instrumentor.uninstrument)
+        agent = AssistantAgent(
+            "researcher",
+            model_client=watch.model_client(client, agent="researcher"),
+            tools=watch.tools([make_search(ran)]),
+            max_tool_iterations=10,
+        )
+        team = RoundRobinGroupChat(
+            [agent], termination_condition=watch.termination | MaxMessageTermination(2)
+        )
+        result = asyncio.run(team.run(task="Weather in Paris?"))
+    assert result.messages[-1].to_text() == "It is 18C."
+    if openinference_on:
+        assert not instrumentor.is_instrumented_by_opentelemetry
+    return guard, ran, scan_otlp(exporter.get_finished_spans(), config=Config())
+
+
+def with_calls(runs: list[Scanned]) -> Scanned:
+    """The one exported run with tool calls (autogen-core traces an agent's creation
+    apart, in a trace of its own)."""
+    [found] = [r for r in runs if any(e["kind"] == "tool_call" for e in r.events)]
+    return found
+
+
+@pytest.mark.parametrize("builtin_on", [False, True], ids=["openinference", "both"])
+def test_the_openinference_trace_scans_to_the_live_verdict(
+    monkeypatch: pytest.MonkeyPatch, builtin_on: bool
+) -> None:
+    """The exported trace stops where the live guard did. ``both``: with a global tracer
+    provider, autogen-core's own ``execute_tool`` span sits inside OpenInference's tool
+    span: one call, with OpenInference's arguments and result and AutoGen's call id."""
+    guard, ran, runs = exported_run(monkeypatch, openinference_on=True, builtin_on=builtin_on)
+
+    assert len(ran) == 6, "warn: the loop went on to the end"
+    exported = with_calls(runs)
+    assert_scans_like_the_live_run(guard.events, exported)
+    calls = [e for e in exported.events if e["kind"] == "tool_call"]
+    live = [e for e in guard.events if e["kind"] == "tool_call"]
+    assert [c["args"] for c in calls] == [c["args"] for c in live]
+    if builtin_on:
+        assert [c["id"] for c in calls] == [c["id"] for c in live]
+
+
+def test_autogens_own_tracing_carries_no_arguments_so_its_export_never_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """autogen-core 0.7's own tracing (``trace_tool_span``) records each tool call's name
+    and id, but neither its arguments nor its result, and no model call: the same call
+    cannot be told from another, so the scan reads them unknown and does not stop the
+    loop the live guard stopped. The OpenInference instrumentor (above) carries them."""
+    guard, _, runs = exported_run(monkeypatch, openinference_on=False, builtin_on=True)
+
+    assert scan(guard.events, config=Config()).verdict == "stop"
+    exported = with_calls(runs)
+    assert exported.verdict == "ok"
+    calls = [e for e in exported.events if e["kind"] == "tool_call"]
+    live = [e for e in guard.events if e["kind"] == "tool_call"]
+    assert [c["id"] for c in calls] == [c["id"] for c in live]
+    assert all("args" not in c and c["unknown"] == ["args"] for c in calls)
+    assert not any(e["kind"] == "model" for e in exported.events)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from frameworks_a import assert_scans_like_the_live_run, openinference, scan_otlp
 from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ReActAgent
 from llama_index.core.base.llms.types import ToolCallBlock
 from llama_index.core.llms import ChatMessage, MockFunctionCallingLLM
@@ -18,7 +19,7 @@ from llama_index.core.tools import FunctionTool
 from llama_index.core.workflow import Context
 from test_integration_decorator import RecordingGuard
 
-from loopwatch import Guard, LoopDetected, scan
+from loopwatch import Config, Guard, LoopDetected, scan
 from loopwatch.integrations.llama_index import NOT_RUN, RUN_ID_KEY, LoopwatchLlamaIndex
 
 Script = Callable[[int, list[ChatMessage]], ChatMessage]
@@ -327,3 +328,35 @@ def test_a_loopwatch_bug_never_breaks_the_agent() -> None:
 def test_attach_refuses_what_is_not_an_agent() -> None:
     with pytest.raises(TypeError, match="LlamaIndex agent"):
         LoopwatchLlamaIndex().attach(object())
+
+
+# -- the same run exported -------------------------------------------------------------------
+def test_the_openinference_trace_scans_to_the_live_verdict() -> None:
+    """The looping run traced by OpenInference's LlamaIndex instrumentor, let go on
+    (``on_loop="warn"``) so that the trace ends normally: the exported trace stops where
+    the live guard did.
+
+    What the reader has to get right here: each call is one call although two tool
+    spans record it (the adapter's wrapper tool and the tool it wraps), its arguments
+    are the bound ``acall(**kwargs)`` (``{"kwargs": {...}}``), and the LLM-kind span of
+    the request's preparation (``_prepare_chat_with_tools``, whose output is the
+    history about to be sent) is no model turn: read as one, the growing history looked
+    like a model restating itself."""
+    from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
+
+    guard = RecordingGuard(on_loop="warn")
+    ran: list[str] = []
+    with openinference(LlamaIndexInstrumentor()) as exporter:
+        model = Scripted(loops_then_answers(6))
+        agent = LoopwatchLlamaIndex(guard).attach(
+            FunctionAgent(tools=[make_search(ran)], llm=model.llm)
+        )
+        assert str(run(lambda: agent.run("Weather in Paris?"))) == "It is 18C and cloudy."
+
+    assert len(ran) == 6, "warn: the loop went on to the end"
+    [exported] = scan_otlp(exporter.get_finished_spans(), config=Config())
+    assert_scans_like_the_live_run(guard.events, exported)
+    calls = [e for e in exported.events if e["kind"] == "tool_call"]
+    assert [c["args"] for c in calls] == [{"q": "paris weather"}] * 6
+    models = [e for e in exported.events if e["kind"] == "model"]
+    assert [m["text"] for m in models] == [e["text"] for e in guard.events if e["kind"] == "model"]

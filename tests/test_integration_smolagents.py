@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from frameworks_a import Scanned, assert_scans_like_the_live_run, openinference, scan_otlp
 from smolagents import CodeAgent, ToolCallingAgent, tool
 from smolagents.models import (
     ChatMessage,
@@ -23,7 +24,7 @@ from smolagents.models import (
 from smolagents.monitoring import LogLevel, TokenUsage
 from test_integration_decorator import RecordingGuard
 
-from loopwatch import Guard, LoopDetected, scan
+from loopwatch import Config, Guard, LoopDetected, scan
 from loopwatch.integrations.smolagents import NOT_RUN, LoopwatchSmolagents
 
 Script = Callable[[int, list[Any]], ChatMessage]
@@ -271,3 +272,61 @@ def test_a_loopwatch_bug_never_breaks_the_agent() -> None:
     agent = agent_for(LoopwatchSmolagents(Broken()), Scripted(loops_then_answers(2)), ran)
     assert agent.run("Weather in Paris?") == "It is 18C and cloudy."
     assert len(ran) == 2
+
+
+# -- the same run exported -------------------------------------------------------------------
+SEARCHES = [[("search", {"q": "paris weather"})]] * 6
+FINAL = [[("final_answer", {"answer": "It is 18C and cloudy."})]]
+
+
+def exported_run(**options: Any) -> tuple[RecordingGuard, list[str], list[Scanned]]:
+    """The looping run (six identical searches, then the answer) traced by OpenInference's
+    smolagents instrumentor, and let go on (``on_loop="warn"``) so that the trace ends
+    normally: the guard, the calls the tool ran, and the exported runs scanned.
+
+    The model is smolagents' own ``OpenAIModel`` on a scripted transport, not
+    ``Scripted``: the instrumentor wraps the model classes smolagents exports, so a
+    ``Model`` subclass of the test's own would leave no LLM span, where a user's model
+    leaves one per turn."""
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+    from smolagents import OpenAIModel
+    from traces_convert import fake_openai
+
+    guard = RecordingGuard(on_loop="warn")
+    ran: list[str] = []
+    with openinference(SmolagentsInstrumentor(), **options) as exporter:
+        model = OpenAIModel("gpt-test", client=fake_openai([*SEARCHES, *FINAL]))
+        agent = agent_for(LoopwatchSmolagents(guard), model, ran)
+        assert agent.run("Weather in Paris?") == "It is 18C and cloudy."
+    return guard, ran, scan_otlp(exporter.get_finished_spans(), config=Config())
+
+
+def test_the_openinference_trace_scans_to_the_live_verdict() -> None:
+    """The exported trace stops where the live guard did. Each call is one call in it,
+    although two tool spans record it (the adapter's wrapper tool and the tool it wraps:
+    the instrumentor wraps every ``Tool.__call__``)."""
+    guard, ran, [exported] = exported_run()
+
+    assert len(ran) == 6, "warn: the loop went on to the end"
+    assert_scans_like_the_live_run(guard.events, exported)
+    calls = [e["name"] for e in exported.events if e["kind"] == "tool_call"]
+    assert calls == [e["name"] for e in guard.events if e["kind"] == "tool_call"]
+    assert calls == ["search"] * 6 + ["final_answer"]
+
+
+def test_with_inputs_and_outputs_hidden_the_export_reads_unknown_and_never_stops() -> None:
+    """``TraceConfig(hide_inputs=True, hide_outputs=True)`` exports no arguments and no
+    results (``__REDACTED__`` in their place): the scan cannot tell the same call from
+    another, so it does not stop on the loop the live guard stopped; it says what it
+    lacked instead."""
+    from openinference.instrumentation import TraceConfig
+
+    config = TraceConfig(hide_inputs=True, hide_outputs=True)
+    guard, _, [exported] = exported_run(config=config)
+
+    assert scan(guard.events, config=Config()).verdict == "stop"
+    assert exported.verdict == "ok"
+    calls = [e for e in exported.events if e["kind"] == "tool_call"]
+    assert len(calls) == 7 and all(c["unknown"] == ["args"] for c in calls)
+    results = [e for e in exported.events if e["kind"] == "tool_result"]
+    assert all("text" not in r and r["unknown"] == ["text"] for r in results)

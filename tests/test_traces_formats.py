@@ -363,3 +363,173 @@ def test_openai_agents_run_with_a_scripted_model_is_read_and_stopped() -> None:
     # the guard replaying this run would have stopped the 5th identical call before it ran
     assert report.first_stop is not None
     assert events[report.first_stop] is calls[4]
+
+
+# -- what real OpenInference instrumentations write ------------------------------------------
+# Spans made with the OpenTelemetry SDK and written by the OTLP exporter's own encoder, with
+# the attributes the OpenInference instrumentations of smolagents, LlamaIndex and AutoGen
+# AgentChat write (seen in their runs: tests/test_integration_{smolagents,llama_index,
+# autogen}.py scan those runs whole).
+REDACTED = "__REDACTED__"  # openinference.instrumentation.config.REDACTED_VALUE
+
+
+def _oi_run(tmp_path: Path, steps: int, step: Any) -> tuple[TraceRun, list[InputError]]:
+    """``steps`` model/tool steps under one agent span: ``step(tracer, i)`` makes each;
+    the one run read back, and the notes."""
+    provider, exporter = tc._otel_collector()
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("agent", attributes={"openinference.span.kind": "AGENT"}):
+        for i in range(steps):
+            step(tracer, i)
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(tc._otlp_of(exporter.get_finished_spans())))
+    runs, errors = _split(list(read_runs(str(path))))
+    assert len(runs) == 1, errors
+    return runs[0], errors
+
+
+def _oi_tool(tracer: Any, attrs: dict[str, Any], inner: dict[str, Any] | None = None) -> None:
+    tool = {"openinference.span.kind": "TOOL", "tool.name": "search", **attrs}
+    with tracer.start_as_current_span("Tool.__call__", attributes=tool):
+        if inner is not None:
+            with tracer.start_as_current_span("execute_tool search", attributes=inner):
+                pass
+
+
+def test_a_tool_recorded_by_two_nested_spans_is_one_call(tmp_path: Path) -> None:
+    """A wrapper tool around the tool it wraps (loopwatch's own, a retry wrapper), or
+    OpenInference's span around a framework's ``execute_tool`` span: one call each time,
+    with the values of whichever layer carries them. Read as two, four identical calls
+    looked like eight, and the loop was stopped at its third call."""
+
+    def step(tracer: Any, i: int) -> None:
+        outer = {"input.value": '{"q": "paris weather"}', "output.value": "18C cloudy"}
+        inner = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search",
+                 "gen_ai.tool.call.id": f"call-{i}"}  # fmt: skip
+        _oi_tool(tracer, outer, inner)
+
+    run, _ = _oi_run(tmp_path, 4, step)
+    calls = [e for e in run.events if e["kind"] == "tool_call"]
+    results = [e for e in run.events if e["kind"] == "tool_result"]
+    assert [c["id"] for c in calls] == [f"call-{i}" for i in range(4)]
+    assert all(c["args"] == {"q": "paris weather"} and "unknown" not in c for c in calls)
+    assert [r["text"] for r in results] == ["18C cloudy"] * 4
+    report = scan(run.to_dict(), Config())
+    assert report.verdict == "warn", "4 identical calls warn; the 5th would stop"
+
+
+def test_a_tool_nested_in_a_different_tool_stays_two_calls(tmp_path: Path) -> None:
+    def step(tracer: Any, i: int) -> None:
+        inner = {"openinference.span.kind": "TOOL", "tool.name": "fetch",
+                 "input.value": '{"url": "u"}', "output.value": "page"}  # fmt: skip
+        _oi_tool(tracer, {"input.value": '{"q": "x"}', "output.value": "r"}, inner)
+
+    run, _ = _oi_run(tmp_path, 1, step)
+    assert [e["name"] for e in run.events if e["kind"] == "tool_call"] == ["search", "fetch"]
+
+
+def test_openinference_redacted_values_are_unknown_never_equal(tmp_path: Path) -> None:
+    """``TraceConfig(hide_inputs=True, hide_outputs=True)`` writes ``__REDACTED__`` for
+    every tool's arguments and result, and keeps ``tool.parameters``, the tool's schema:
+    read as values, six different searches were six identical calls with the same result
+    (a stop). Neither is the call's arguments."""
+    schema = json.dumps({"q": {"type": "string", "description": "the query"}})
+
+    def step(tracer: Any, i: int) -> None:
+        _oi_tool(tracer, {"input.value": REDACTED, "output.value": REDACTED,
+                          "tool.parameters": schema})  # fmt: skip
+
+    run, notes = _oi_run(tmp_path, 6, step)
+    calls = [e for e in run.events if e["kind"] == "tool_call"]
+    results = [e for e in run.events if e["kind"] == "tool_result"]
+    assert len(calls) == 6 and all("args" not in c and c["unknown"] == ["args"] for c in calls)
+    assert all("text" not in r and r["unknown"] == ["text"] for r in results)
+    assert run.meta["unknown"] == {"span_inputs": 1, "tool_args": 6, "tool_results": 6}
+    assert any("6 tool arguments" in n.reason for n in notes)
+    assert scan(run.to_dict(), Config()).verdict != "stop"
+
+
+def test_a_model_turn_whose_text_is_hidden_keeps_its_tool_calls(tmp_path: Path) -> None:
+    """``hide_output_text`` redacts the text of each output message and keeps its tool
+    calls: the text is unknown (no model event, not an empty one), the calls are read."""
+
+    def step(tracer: Any, i: int) -> None:
+        out = "llm.output_messages.0.message."
+        attrs = {
+            "openinference.span.kind": "LLM",
+            out + "role": "assistant",
+            out + "content": REDACTED,
+            out + "tool_calls.0.tool_call.id": f"call-{i}",
+            out + "tool_calls.0.tool_call.function.name": "search",
+            out + "tool_calls.0.tool_call.function.arguments": json.dumps({"q": f"page {i}"}),
+            "llm.token_count.total": 50,
+        }
+        with tracer.start_as_current_span("chat", attributes=attrs):
+            pass
+
+    run, _ = _oi_run(tmp_path, 3, step)
+    assert [e["kind"] for e in run.events if e["kind"] != "span"] == ["tool_call"] * 3
+    assert [e["args"] for e in run.events if e["kind"] == "tool_call"] == [
+        {"q": f"page {i}"} for i in range(3)
+    ]
+    assert run.meta["unknown"]["model_text"] == 3
+
+
+def _chat_and_prepare(messages: bool) -> Any:
+    """Each step: a request preparation span (LLM kind, its ``output.value`` the request)
+    and the chat span, with its output as messages or as ``output.value`` only."""
+    history: list[str] = []
+
+    def step(tracer: Any, i: int) -> None:
+        history.append(f"ChatMessage(role='user', content='Weather in Paris? ({i})')")
+        prepare = {"openinference.span.kind": "LLM", "llm.model_name": "unknown",
+                   "output.value": json.dumps({"messages": history})}  # fmt: skip
+        with tracer.start_as_current_span("LLM._prepare_chat_with_tools", attributes=prepare):
+            pass
+        chat: dict[str, Any] = {"openinference.span.kind": "LLM"}
+        if messages:
+            chat["llm.output_messages.0.message.role"] = "assistant"
+            chat["llm.output_messages.0.message.content"] = f"It rains ({i})."
+        else:
+            chat["output.value"] = f"It rains ({i})."
+        with tracer.start_as_current_span("LLM.achat", attributes=chat):
+            pass
+
+    return step
+
+
+def test_an_llm_span_that_made_no_model_call_is_no_model_turn(tmp_path: Path) -> None:
+    """OpenInference marks every method of a model class LLM: LlamaIndex's request
+    preparation returns the messages about to be sent, as ``output.value``. Read as
+    model outputs they were a growing history that restated itself (stagnation); where
+    model calls are recorded as messages, a span without any made no call."""
+    run, notes = _oi_run(tmp_path, 4, _chat_and_prepare(messages=True))
+    models = [e for e in run.events if e["kind"] == "model"]
+    assert [m["text"] for m in models] == [f"It rains ({i})." for i in range(4)]
+    assert "model_text" not in run.meta.get("unknown", {}) and not notes
+    assert scan(run.to_dict(), Config()).verdict == "ok"
+
+
+def test_plain_output_values_stay_model_outputs_without_output_messages(tmp_path: Path) -> None:
+    """``@tracer.llm`` records a model call as ``input.value`` / ``output.value`` only:
+    with no output messages anywhere in the run, nothing tells a call from a
+    preparation, and every LLM span's output is read."""
+    run, _ = _oi_run(tmp_path, 2, _chat_and_prepare(messages=False))
+    assert [e["kind"] for e in run.events if e["kind"] != "span"] == ["model"] * 4
+
+
+@pytest.mark.parametrize(
+    ("recorded", "args"),
+    [
+        ({"kwargs": {"q": "x"}}, {"q": "x"}),  # OpenInference, LlamaIndex: empty *args left out
+        ({"args": [], "kwargs": {"q": "x"}}, {"q": "x"}),  # Langfuse @observe
+        ({"args": ["x"]}, "x"),
+        ({"args": ["x"], "kwargs": {}}, "x"),
+        ({"args": ["x", "y"]}, {"args": ["x", "y"]}),  # no one argument: as recorded
+        ({"kwargs": "q=x"}, {"kwargs": "q=x"}),
+    ],
+)
+def test_bound_python_arguments_read_as_the_calls_arguments(recorded: Any, args: Any) -> None:
+    from loopwatch.traces._common import call_input
+
+    assert call_input(json.dumps(recorded)) == args

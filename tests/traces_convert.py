@@ -589,6 +589,28 @@ def fake_openai(turns: list[Turn], id_style: str = "call_", *, asynchronous: boo
     import httpx
     import openai
 
+    transport = openai_transport(turns, id_style)
+    if asynchronous:
+        return openai.AsyncOpenAI(
+            api_key="test",
+            base_url="http://127.0.0.1:9/v1",
+            http_client=httpx.AsyncClient(transport=transport),
+            max_retries=0,
+        )
+    return openai.OpenAI(
+        api_key="test",
+        base_url="http://127.0.0.1:9/v1",
+        http_client=httpx.Client(transport=transport),
+        max_retries=0,
+    )
+
+
+def openai_transport(turns: list[Turn], id_style: str = "call_") -> Any:
+    """An ``httpx`` transport that answers each chat completion with the next scripted
+    turn (tool calls or a final answer), like the OpenAI API would: for clients that
+    build their own ``openai`` client from an ``http_client``."""
+    import httpx
+
     state = {"n": 0, "calls": 0}
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -618,19 +640,7 @@ def fake_openai(turns: list[Turn], id_style: str = "call_", *, asynchronous: boo
             },
         )  # fmt: skip
 
-    if asynchronous:
-        return openai.AsyncOpenAI(
-            api_key="test",
-            base_url="http://127.0.0.1:9/v1",
-            http_client=httpx.AsyncClient(transport=httpx.MockTransport(answer)),
-            max_retries=0,
-        )
-    return openai.OpenAI(
-        api_key="test",
-        base_url="http://127.0.0.1:9/v1",
-        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
-        max_retries=0,
-    )
+    return httpx.MockTransport(answer)
 
 
 def openai_v2_trace(

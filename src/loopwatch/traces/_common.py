@@ -450,15 +450,19 @@ def missing_note(
 def call_input(value: Any) -> Any:
     """A decorated function's recorded input as the call's arguments.
 
-    Langfuse's ``@observe`` records ``{"args": [...], "kwargs": {...}}``; the tool's
-    arguments are the keyword arguments when there are no positional ones, or the
-    one positional argument when there are no keyword ones. Anything else unchanged.
+    Langfuse's ``@observe`` records ``{"args": [...], "kwargs": {...}}``, and
+    OpenInference instrumentations record the bound arguments of a ``(*args, **kwargs)``
+    method, where an empty one is left out (LlamaIndex's tools: ``{"kwargs": {...}}``).
+    The tool's arguments are the keyword arguments when there are no positional ones,
+    or the one positional argument when there are no keyword ones. Anything else
+    unchanged.
     """
     value = maybe_json(value)
-    if isinstance(value, Mapping) and set(value) == {"args", "kwargs"}:
-        args, kwargs = value["args"], value["kwargs"]
-        if not args and isinstance(kwargs, Mapping):
-            return dict(kwargs)
-        if not kwargs and isinstance(args, list) and len(args) == 1:
-            return args[0]
+    if isinstance(value, Mapping) and value and set(value) <= {"args", "kwargs"}:
+        args, kwargs = value.get("args") or [], value.get("kwargs") or {}
+        if isinstance(args, list) and isinstance(kwargs, Mapping):
+            if not args:
+                return dict(kwargs)
+            if not kwargs and len(args) == 1:
+                return args[0]
     return value

@@ -11,18 +11,23 @@ from ``parentSpanId`` and ordered by time. The mapping:
 
 * ``execute_tool`` / OpenInference ``TOOL``: a ``tool_call`` when the span
   starts and a ``tool_result`` when it ends (``gen_ai.tool.name``,
-  ``gen_ai.tool.call.arguments`` / ``input.value`` / ``tool.parameters``,
-  ``gen_ai.tool.call.result`` / ``output.value``; on the older conventions, the
-  span events ``gen_ai.tool.message`` (``content``: the arguments) and
-  ``gen_ai.choice`` (``message``: the result), as Strands writes them by default;
-  failed when the status is ERROR or ``error.type`` is set);
+  ``gen_ai.tool.call.arguments`` / ``input.value`` (never OpenInference's
+  ``tool.parameters``, the tool's schema), ``gen_ai.tool.call.result`` /
+  ``output.value``; on the older conventions, the span events
+  ``gen_ai.tool.message`` (``content``: the arguments) and ``gen_ai.choice``
+  (``message``: the result), as Strands writes them by default; failed when the
+  status is ERROR or ``error.type`` is set). A tool span directly inside a tool
+  span of the same tool is the same call recorded twice (a wrapper tool, or two
+  instrumentations): one call;
 * ``chat`` / ``generate_content`` / ``text_completion`` / OpenInference ``LLM``:
   a ``model`` event (output messages, ``gen_ai.completion`` and its flattened
   forms, ``llm.output_messages.*``; usage tokens, ``llm.cost.total``). Tool
   calls in the output become ``tool_call`` events only in traces that have no
   tool spans (otherwise the tool spans already record them), and their
   ``tool_result`` events come from the tool messages of the next call's input
-  (``tool_call_response`` parts, or ``tool`` messages with a ``tool_call_id``);
+  (``tool_call_response`` parts, or ``tool`` messages with a ``tool_call_id``).
+  An OpenInference LLM span with no messages and no token counts, in a run whose
+  model calls are recorded as messages, made no call (request preparation): no event;
 * ``invoke_agent`` / ``create_agent`` / OpenInference ``AGENT``: a ``span`` of
   type ``agent`` whose text is the input (recursion detection); any other
   GenAI operation or OpenInference kind: a ``span`` of that type;
@@ -41,7 +46,9 @@ empty. A tool call whose arguments are not there has no ``args`` and
 ``"unknown": ["args"]``; a result or span input that is not there has no
 ``text`` and ``"unknown": ["text"]``; a model span without its output gives no
 model event at all (an event with no text would read as the model saying
-nothing). Each run's ``meta["unknown"]`` counts what was missing and one
+nothing). OpenInference writes ``__REDACTED__`` in place of what its trace config
+hides (``hide_inputs``, ``hide_outputs``, ``hide_output_text``...): not captured
+either. Each run's ``meta["unknown"]`` counts what was missing and one
 ``InputError`` line per run says so, naming the setting that captures it.
 
 Calls with no enclosing span (an instrumented client called in a plain loop)
@@ -91,9 +98,9 @@ _ALIASES_MAX = 100_000
 _BOOKKEEPING_OPS = frozenset({"unknown"})
 # Where each kind of value can be: a span carrying none of a group's keys did not
 # capture that value (unknown), which is not the same as capturing an empty one.
-_ARG_KEYS = (
-    "gen_ai.tool.call.arguments", "input.value", "tool.parameters", "langfuse.observation.input",
-)  # fmt: skip
+# (Not OpenInference's ``tool.parameters``: that is the tool's parameter schema, the same
+# for every call, so read as arguments it would make every call look identical.)
+_ARG_KEYS = ("gen_ai.tool.call.arguments", "input.value", "langfuse.observation.input")
 _RESULT_KEYS = ("gen_ai.tool.call.result", "output.value", "langfuse.observation.output")
 _INPUT_KEYS = (
     "gen_ai.input.messages",
@@ -102,11 +109,21 @@ _INPUT_KEYS = (
     "langfuse.observation.input",
 )
 _UNKNOWN = "unknown"
+# What OpenInference's TraceConfig (hide_inputs, hide_outputs, hide_output_text...) writes
+# in place of a value it hides: a value that was not captured, never a value to compare.
+_REDACTED = "__REDACTED__"
+# Where a model span keeps its output: a hidden one there leaves the output unknown.
+_OUTPUT_KEYS = ("llm.output_messages.", "output.value", "gen_ai.completion", "gen_ai.output.")
+# Where an OpenInference LLM span shows that a model call took place (see _made_no_call).
+_CALL_EVIDENCE = ("llm.input_messages.", "llm.output_messages.", "llm.token_count.")
+# Layers of one tool call followed upwards at most (see _tool_layers).
+_LAYERS_MAX = 16
 _CAPTURE_HINT = (
     "GenAI instrumentations capture no message content by default: set "
     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only (older ones, on the "
     "legacy conventions, write content to log records, which a traces file does not hold: "
-    "add OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental)"
+    "add OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental); OpenInference "
+    "instrumentations capture it unless OPENINFERENCE_HIDE_INPUTS / _OUTPUTS are set"
 )
 _CHAINS_MAX = 100_000
 
@@ -159,6 +176,11 @@ class OtlpReader(GroupingReader[_Span]):
                 yield InputError(self.path, line, f"not OTLP JSON: {exc}")
 
     def _add(self, span: _Span, problems: list[str]) -> None:
+        hidden = [k for k, v in span.attrs.items() if v == _REDACTED]
+        if hidden:
+            for k in hidden:
+                del span.attrs[k]
+            span.hidden = frozenset(hidden)
         conversation = next(
             (c for k in _CONVERSATION_KEYS if isinstance(c := span.attrs.get(k), str) and c),
             None,
@@ -219,6 +241,10 @@ class OtlpReader(GroupingReader[_Span]):
             more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
             yield InputError(self.path, line, f"run {run_id!r}: {first}{more}; read without it")
         has_tool_spans = any(_classify(s.attrs)[0] == "tool" for s in spans)
+        calls_as_messages = any(
+            _is_oi_llm(s.attrs) and any(k.startswith("llm.output_messages.") for k in s.attrs)
+            for s in spans
+        )
         nodes = [
             Node(s.span_id, s.parent_id, s.start / 1e9, None if s.end is None else s.end / 1e9,
                  i, s, s.line)
@@ -227,6 +253,7 @@ class OtlpReader(GroupingReader[_Span]):
         missing: dict[str, int] = {}
         pending: dict[str, str] = {}  # tool call id -> tool name, awaiting its result
         by_id = {s.span_id: s for s in spans}
+        layers, inner_layers = _tool_layers(spans, by_id)
 
         def agent_above(span: _Span) -> str | None:
             """The name of the nearest enclosing agent span."""
@@ -240,7 +267,13 @@ class OtlpReader(GroupingReader[_Span]):
             return None
 
         def emit(node: Node, parent: str | None) -> tuple[list[Any], list[Any], str | None]:
-            return _emit(node.data, parent, has_tool_spans, missing, pending, agent_above)
+            span = node.data
+            if span.span_id in inner_layers:
+                return [], [], None  # read with the outermost span of its call
+            inner = layers.get(span.span_id, ())
+            if calls_as_messages and _made_no_call(span):
+                return [], [], None
+            return _emit(span, parent, has_tool_spans, missing, pending, agent_above, inner)
 
         events, orphans = assemble(nodes, emit)
         if orphans:
@@ -581,6 +614,91 @@ def _unrepr(output: Any) -> Any:
     return fixed
 
 
+def _tool_name(span: _Span) -> str:
+    name = _first(span.attrs, "gen_ai.tool.name", "tool.name")
+    if not isinstance(name, str):
+        name = span.name.removeprefix("execute_tool ").strip() or span.name
+    return name
+
+
+def _tool_layers(
+    spans: list[_Span], by_id: Mapping[str, _Span]
+) -> tuple[dict[str, list[_Span]], set[str]]:
+    """Tool spans that record one call more than once.
+
+    A tool span directly inside a tool span of the same tool is the same call, recorded
+    at two layers: a tool that wraps another (a guard, a retry or caching wrapper) and
+    both instrumented, or two instrumentations of one call (OpenInference's span around
+    a framework's own ``execute_tool`` span). Read as two calls, every call would
+    count twice, and a call repeated twice would look like four. A tool that calls
+    itself with no model turn in between is the program's recursion, not the agent's
+    choice, so nothing an agent loop detector needs is lost.
+
+    Returns (the outermost span's id -> its inner spans, outer first; the inner ids).
+    """
+    layers: dict[str, list[_Span]] = {}
+    inner: set[str] = set()
+    for s in spans:
+        if _classify(s.attrs)[0] != "tool":
+            continue
+        name = _tool_name(s)
+        top = s
+        for _ in range(_LAYERS_MAX):
+            up = by_id.get(top.parent_id) if top.parent_id else None
+            if up is None or _classify(up.attrs)[0] != "tool" or _tool_name(up) != name:
+                break
+            top = up
+        if top is not s:
+            inner.add(s.span_id)
+            layers.setdefault(top.span_id, []).append(s)
+    for found in layers.values():
+        found.sort(key=lambda s: s.start)
+    return layers, inner
+
+
+def _is_oi_llm(a: Mapping[str, Any]) -> bool:
+    kind = a.get("openinference.span.kind")
+    return isinstance(kind, str) and kind.strip().upper() == "LLM"
+
+
+def _made_no_call(span: _Span) -> bool:
+    """An OpenInference LLM span that shows no model call, in a run whose model calls
+    are recorded as messages: not a model turn.
+
+    OpenInference instrumentations mark every method of a model class LLM, request
+    preparation included (LlamaIndex's ``_prepare_chat_with_tools``, whose
+    ``output.value`` is the request about to be sent). An instrumentation that records
+    model calls as messages (``llm.output_messages``) records each call so, with its
+    messages or token counts; a span with none of them, and nothing hidden, made no
+    call. Read as model turns, their outputs were a growing history restating itself.
+    Where no span of the run has output messages (``@tracer.llm``'s plain
+    ``output.value``), ``output.value`` stays the model's output.
+    """
+    a = span.attrs
+    return _is_oi_llm(a) and not span.hidden and not any(k.startswith(_CALL_EVIDENCE) for k in a)
+
+
+def _failed(span: _Span) -> bool:
+    level = span.attrs.get("langfuse.observation.level")
+    return (
+        span.error
+        or span.attrs.get("error.type") is not None
+        or (isinstance(level, str) and level.upper() == "ERROR")
+    )
+
+
+def _failure_message(span: _Span) -> Any:
+    a = span.attrs
+    return (
+        span.status_message
+        or a.get("langfuse.observation.status_message")
+        or next(
+            (e.get("exception.message") for n, e in span.events if n == "exception"),
+            a.get("error.type"),
+        )
+    )
+
+
 def _emit(
     span: _Span,
     parent: str | None,
@@ -588,42 +706,41 @@ def _emit(
     missing: dict[str, int],
     pending: dict[str, str],
     agent_above: Callable[[_Span], str | None],
+    inner: tuple[_Span, ...] | list[_Span] = (),
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
     a = span.attrs
     what, span_type = _classify(a)
     if what == "tool":
-        name = _first(a, "gen_ai.tool.name", "tool.name")
-        if not isinstance(name, str):
-            name = span.name.removeprefix("execute_tool ").strip() or span.name
-        ident = as_text(_first(a, "gen_ai.tool.call.id", "tool_call.id") or span.span_id)
-        level = a.get("langfuse.observation.level")
-        failed = (
-            span.error
-            or a.get("error.type") is not None
-            or (isinstance(level, str) and level.upper() == "ERROR")
-        )
+        # One call, maybe recorded by several nested spans (_tool_layers): each value
+        # from the outermost span that carries it.
+        layers = (span, *inner)
+
+        def first(*keys: str) -> Any:
+            return next((v for c in layers if (v := _first(c.attrs, *keys)) is not None), None)
+
+        def in_events(event: str, key: str) -> Any:
+            return next(
+                (v for c in layers if (v := _in_events(c.events, event, key)) is not None), None
+            )
+
+        name = _tool_name(span)
+        ident = as_text(first("gen_ai.tool.call.id", "tool_call.id") or span.span_id)
+        failed = any(_failed(c) for c in layers)
         call: dict[str, Any] = {"kind": "tool_call", "name": name, "id": ident}
-        raw_args = _first(a, *_ARG_KEYS)
+        raw_args = first(*_ARG_KEYS)
         if raw_args is None:  # older conventions (Strands' default): in span events
-            raw_args = _in_events(span.events, "gen_ai.tool.message", "content")
+            raw_args = in_events("gen_ai.tool.message", "content")
         if raw_args is None:
             _count(missing, "tool_args")
             _unknown(call, "args")
         else:
             call["args"] = call_input(raw_args)
         res: dict[str, Any] = {"kind": "tool_result", "name": name, "id": ident}
-        result = _first(a, *_RESULT_KEYS)
+        result = first(*_RESULT_KEYS)
         if result is None:
-            result = _in_events(span.events, "gen_ai.choice", "message")
+            result = in_events("gen_ai.choice", "message")
         if result is None and failed:
-            result = (
-                span.status_message
-                or a.get("langfuse.observation.status_message")
-                or next(
-                    (e.get("exception.message") for n, e in span.events if n == "exception"),
-                    a.get("error.type"),
-                )
-            )
+            result = next((m for c in layers if (m := _failure_message(c))), None)
         if result is None:
             _count(missing, "tool_results")
             _unknown(res, "text")
@@ -640,6 +757,9 @@ def _emit(
             _count(missing, "model_text")
             return [], [], None
         text, calls = output_text_and_calls(_unrepr(output))
+        # Part of the output hidden (OpenInference's hide_output_text keeps the tool calls
+        # and redacts the text): the calls are known, the text is not.
+        text_hidden = any(k.startswith(_OUTPUT_KEYS) for k in span.hidden)
         event: dict[str, Any] = {"kind": "model", "text": text}
         tokens = _tokens(a)
         if tokens:
@@ -655,11 +775,14 @@ def _emit(
             # No tool spans: the results of the calls an earlier turn asked for come
             # back in this call's input messages, just before this turn.
             for ident, text in _tool_responses(_input_messages(a)):
-                name = pending.pop(ident, None)
-                if name is not None:
-                    res = {"kind": "tool_result", "name": name, "id": ident, "text": text}
+                asked = pending.pop(ident, None)
+                if asked is not None:
+                    res = {"kind": "tool_result", "name": asked, "id": ident, "text": text}
                     head.append(_with_parent(res, parent))
-        head.append(_with_parent(event, parent))
+        if text_hidden:
+            _count(missing, "model_text")
+        else:
+            head.append(_with_parent(event, parent))
         if not has_tool_spans:
             for i, c in enumerate(calls):
                 ident = c["id"] or f"{span.span_id}.{i}"

@@ -146,6 +146,9 @@ class _Span:
     events: list[tuple[str, dict[str, Any]]]
     service: str | None
     line: int | None
+    # attributes the instrumentation wrote as a redaction placeholder (see otlp.py): taken
+    # out of ``attrs``, remembered by key so that a hidden output is not read as empty
+    hidden: frozenset[str] = frozenset()
 
 
 def _status(raw: Any) -> tuple[bool, str]:
