@@ -11,7 +11,8 @@ from ``parentSpanId`` and ordered by time. The mapping:
 
 * ``execute_tool`` / OpenInference ``TOOL``: a ``tool_call`` when the span
   starts and a ``tool_result`` when it ends (``gen_ai.tool.name``,
-  ``gen_ai.tool.call.arguments`` / ``input.value`` / ``tool.parameters``,
+  ``gen_ai.tool.call.arguments`` / ``input.value`` (never OpenInference's
+  ``tool.parameters``: the tool's parameter schema, the same on every call),
   ``gen_ai.tool.call.result`` / ``output.value``; on the older conventions, the
   span events ``gen_ai.tool.message`` (``content``: the arguments) and
   ``gen_ai.choice`` (``message``: the result), as Strands writes them by default;
@@ -41,8 +42,11 @@ empty. A tool call whose arguments are not there has no ``args`` and
 ``"unknown": ["args"]``; a result or span input that is not there has no
 ``text`` and ``"unknown": ["text"]``; a model span without its output gives no
 model event at all (an event with no text would read as the model saying
-nothing). Each run's ``meta["unknown"]`` counts what was missing and one
-``InputError`` line per run says so, naming the setting that captures it.
+nothing). OpenInference writes ``__REDACTED__`` in place of what its trace
+config hides (``OPENINFERENCE_HIDE_INPUTS``, ``_OUTPUTS``, ``_OUTPUT_TEXT``...):
+such a value is not captured either. Each run's ``meta["unknown"]`` counts what
+was missing and one ``InputError`` line per run says so, naming the setting that
+captures it.
 
 Calls with no enclosing span (an instrumented client called in a plain loop)
 are each a trace of their own. Such parentless model spans are joined into one
@@ -91,9 +95,9 @@ _ALIASES_MAX = 100_000
 _BOOKKEEPING_OPS = frozenset({"unknown"})
 # Where each kind of value can be: a span carrying none of a group's keys did not
 # capture that value (unknown), which is not the same as capturing an empty one.
-_ARG_KEYS = (
-    "gen_ai.tool.call.arguments", "input.value", "tool.parameters", "langfuse.observation.input",
-)  # fmt: skip
+# Not OpenInference's ``tool.parameters``: that is the tool's parameter schema, the same
+# on every call, and read as arguments it made every call of a tool identical.
+_ARG_KEYS = ("gen_ai.tool.call.arguments", "input.value", "langfuse.observation.input")
 _RESULT_KEYS = ("gen_ai.tool.call.result", "output.value", "langfuse.observation.output")
 _INPUT_KEYS = (
     "gen_ai.input.messages",
@@ -102,11 +106,16 @@ _INPUT_KEYS = (
     "langfuse.observation.input",
 )
 _UNKNOWN = "unknown"
+# What OpenInference's TraceConfig writes in place of a value it hides (hide_inputs,
+# hide_outputs, hide_output_text...): not captured, so unknown like an absent value;
+# read as a value, every hidden call would be the same call with the same result.
+_REDACTED = "__REDACTED__"
 _CAPTURE_HINT = (
     "GenAI instrumentations capture no message content by default: set "
     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only (older ones, on the "
     "legacy conventions, write content to log records, which a traces file does not hold: "
-    "add OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental)"
+    "add OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental); OpenInference "
+    "instrumentations capture it unless OPENINFERENCE_HIDE_INPUTS / _OUTPUTS are set"
 )
 _CHAINS_MAX = 100_000
 
@@ -312,9 +321,10 @@ def _classify(a: Mapping[str, Any]) -> tuple[str | None, str]:
 
 
 def _first(a: Mapping[str, Any], *keys: str) -> Any:
+    """The value of the first of ``keys`` the span carries; a redacted one is not carried."""
     for k in keys:
         value = a.get(k)
-        if value is not None:
+        if value is not None and value != _REDACTED:
             return value
     return None
 
@@ -354,6 +364,13 @@ def _oi_messages(a: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
     return out
 
 
+def _text_hidden(content: Any) -> bool:
+    """True when a message's text (a string, or text parts) is redacted."""
+    if isinstance(content, list):
+        return any(isinstance(p, Mapping) and p.get("text") == _REDACTED for p in content)
+    return isinstance(content, str) and content == _REDACTED
+
+
 def _in_events(events: list[tuple[str, dict[str, Any]]], event: str, key: str) -> Any:
     """The value of ``key`` in the first span event named ``event`` that has it."""
     for name, attrs in events:
@@ -373,7 +390,8 @@ def _model_output(a: Mapping[str, Any], events: list[tuple[str, dict[str, Any]]]
             return _first(attrs, "gen_ai.completion", "message", "body") or ""
     messages = _oi_messages(a, "llm.output_messages")
     if messages:
-        return messages
+        # hide_output_text keeps the messages and redacts their text: not captured
+        return None if any(_text_hidden(m["content"]) for m in messages) else messages
     completions = _flattened(a, "gen_ai.completion")
     if completions:
         return [
