@@ -17,25 +17,37 @@ SEMANTIC_STAMP := $(VENV)/.installed-semantic-stamp
 ADK_VENV := .venv-adk
 ADK_STAMP := $(ADK_VENV)/.installed-stamp
 
-# A framework's own virtualenv: $(1) the folder, $(2) the extra; the tools to test it there.
+# A framework's own virtualenv: $(1) the folder, $(2) the extra, $(3) what only its tests
+# need; the tools to test it there.
 define own_venv
 	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
 	$(1)/bin/python -m pip install --quiet --upgrade pip
 	LOOPWATCH_PURE=1 $(1)/bin/python -m pip install --quiet -e '.[$(2)]' 'pytest>=8' \
-		'pytest-asyncio' 'hypothesis>=6.100' 'mypy>=2.4.1,<2.5'
+		'pytest-asyncio' 'hypothesis>=6.100' 'mypy>=2.4.1,<2.5' $(3)
 	touch $(1)/.installed-stamp
 endef
 
-$(ADK_STAMP): pyproject.toml
-	$(call own_venv,$(ADK_VENV),google-adk)
+# Test-only: the export test writes ADK's own spans (its built-in tracing) as OTLP JSON
+# with the OTLP exporter's encoder, of the release line google-adk holds the SDK at.
+ADK_TEST_ONLY := 'opentelemetry-exporter-otlp-proto-common>=1.37,<1.45'
+
+$(ADK_STAMP): pyproject.toml Makefile
+	$(call own_venv,$(ADK_VENV),google-adk,$(ADK_TEST_ONLY))
 
 # crewai pins pydantic below the dev environment's and pulls chromadb, lancedb, onnxruntime:
 # the CrewAI adapter is type-checked and tested in a virtualenv of its own too.
 CREWAI_VENV := .venv-crewai
 CREWAI_STAMP := $(CREWAI_VENV)/.installed-stamp
 
-$(CREWAI_STAMP): pyproject.toml
-	$(call own_venv,$(CREWAI_VENV),crewai)
+# Test-only: CrewAI's own telemetry goes to CrewAI, not to a user's trace; its users export
+# traces with OpenInference's instrumentor, whose spans the export test scans. Pinned to a
+# minor: a new release may change the spans, and CI (a fresh install) must not meet that
+# first. The encoder writes those spans as OTLP JSON.
+CREWAI_TEST_ONLY := 'openinference-instrumentation-crewai>=1.1.21,<1.2' \
+	'opentelemetry-exporter-otlp-proto-common>=1.37'
+
+$(CREWAI_STAMP): pyproject.toml Makefile
+	$(call own_venv,$(CREWAI_VENV),crewai,$(CREWAI_TEST_ONLY))
 
 # The hot path is compiled (mypyc, setup.py) by `pip install -e`: the stamp depends
 # on its sources, so an edited source is rebuilt before the tests run, never shadowed

@@ -29,6 +29,7 @@ class Scanned:
 
     report: Report
     events: list[dict[str, Any]]
+    meta: dict[str, Any]
 
     @property
     def verdict(self) -> str:
@@ -51,14 +52,20 @@ def scan_otlp(spans: Any, config: Config) -> list[Scanned]:
     read back by ``loopwatch scan``'s readers."""
     from traces_convert import _otlp_of
 
+    return scan_otlp_json(_otlp_of(spans), config)
+
+
+def scan_otlp_json(document: dict[str, Any], config: Config) -> list[Scanned]:
+    """An OTLP JSON document (as :func:`traces_convert._otlp_of` writes it, possibly in
+    another process) read back by ``loopwatch scan``'s readers, each run scanned."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "trace.json")
-        Path(path).write_text(json.dumps(_otlp_of(spans)))
+        Path(path).write_text(json.dumps(document))
         runs = [item for item in read_runs(path) if not isinstance(item, InputError)]
     out = []
     for run in runs:
         data = run.to_dict()
-        out.append(Scanned(scan(data, config=config), list(data["events"])))
+        out.append(Scanned(scan(data, config=config), list(data["events"]), run.meta))
     return out
 
 

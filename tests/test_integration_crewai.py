@@ -9,6 +9,7 @@ environment it is skipped. No network: the model is local and telemetry is off.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -21,10 +22,10 @@ pytest.importorskip("crewai", reason="crewai runs in .venv-crewai (make test)")
 from crewai import Agent, Crew, Task
 from crewai.llms.base_llm import BaseLLM
 from crewai.tools import tool
-from frameworks_a import ROOT, run_example, run_snippet
+from frameworks_a import ROOT, run_example, run_snippet, scan_otlp
 from test_integration_decorator import RecordingGuard
 
-from loopwatch import Guard, LoopDetected, scan
+from loopwatch import Config, Guard, LoopDetected, scan
 from loopwatch.integrations.crewai import LoopStopped, LoopwatchCrewAI
 
 QUESTION = "What is the weather in Paris?"
@@ -350,3 +351,84 @@ def test_a_model_call_outside_an_agents_loop_is_not_a_step(guard: RecordingGuard
     watch = LoopwatchCrewAI(guard=guard)
     assert watch.before_llm_call(direct) is None and watch.after_llm_call(direct) is None
     assert guard.events == []
+
+
+# -- the same run, exported as a trace and scanned ------------------------------------------------
+@contextlib.contextmanager
+def openinference_trace(config: Any = None) -> Iterator[Any]:
+    """CrewAI traced by OpenInference's instrumentor into an in-memory exporter (CrewAI's
+    own telemetry goes to CrewAI, not to a user's trace); uninstrumented afterwards."""
+    from openinference.instrumentation.crewai import CrewAIInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentor = CrewAIInstrumentor()
+    instrumentor.instrument(tracer_provider=provider, **({"config": config} if config else {}))
+    try:
+        yield exporter
+    finally:
+        instrumentor.uninstrument()
+        provider.shutdown()
+
+
+def test_the_openinference_trace_of_a_crew_scans_to_the_live_verdict() -> None:
+    """The same looping crew (native tool calls), traced by OpenInference's CrewAI
+    instrumentor and scanned afterwards: the scan stops at the call where the live hooks
+    would have, with the same findings.
+
+    With ``on_loop="warn"`` the run goes on, but not past CrewAI's own repeated-call guard:
+    the 5th identical call with the same result raises ``ToolExecutionFailedError`` after
+    the tool ran (in native and ReAct mode alike), so the trace ends there, its spans
+    closed, rather than with an answer. That is the call loopwatch's default stops at too.
+    """
+    from crewai.tools.tool_failure import ToolExecutionFailedError
+
+    guard = RecordingGuard(on_loop="warn")
+    model, searches = Scripted(stuck), Searches()
+    with openinference_trace() as exporter:
+        with LoopwatchCrewAI(guard=guard), pytest.raises(ToolExecutionFailedError):
+            crew_of(model, searches).kickoff()
+        spans = exporter.get_finished_spans()
+    assert len(searches.ran) == 5
+
+    [exported] = scan_otlp(spans, config=Config())
+    calls = [e for e in exported.events if e["kind"] == "tool_call"]
+    assert [c.get("args") for c in calls] == [{"q": "paris"}] * 5
+    # both scanned with the default configuration, where the 5th identical call stops
+    live = scan(guard.events, config=Config())
+    assert exported.verdict == live.verdict == "stop"
+    assert live.first_stop is not None
+    live_calls = sum(e["kind"] == "tool_call" for e in guard.events[: live.first_stop + 1])
+    assert exported.tool_calls_before_stop == live_calls == 5
+    assert [f.detector for f in exported.report.findings] == [f.detector for f in live.findings]
+
+
+def test_a_trace_with_hidden_inputs_and_outputs_stops_no_healthy_crew() -> None:
+    """``OPENINFERENCE_HIDE_INPUTS`` / ``_OUTPUTS`` (``TraceConfig(hide_inputs=True,
+    hide_outputs=True)``) write ``__REDACTED__`` for every tool's input and output. Read
+    as values, six different searches were one call with one result, six times, and a
+    healthy crew was stopped; they are unknown, like a value the trace does not carry."""
+    from openinference.instrumentation import TraceConfig
+
+    def script(turn: int, messages: list[dict[str, Any]]) -> Any:
+        return call(turn, {"q": "paris", "page": turn}) if turn <= 6 else ANSWER
+
+    guard = RecordingGuard(on_loop="warn")
+    model, searches = Scripted(script), Searches()
+    with openinference_trace(TraceConfig(hide_inputs=True, hide_outputs=True)) as exporter:
+        with LoopwatchCrewAI(guard=guard):
+            assert crew_of(model, searches).kickoff().raw == ANSWER
+        spans = exporter.get_finished_spans()
+
+    [exported] = scan_otlp(spans, config=Config())
+    calls = [e for e in exported.events if e["kind"] == "tool_call"]
+    results = [e for e in exported.events if e["kind"] == "tool_result"]
+    assert len(calls) == len(results) == 6
+    assert all("args" not in c and c["unknown"] == ["args"] for c in calls)
+    assert all("text" not in r and r["unknown"] == ["text"] for r in results)
+    assert exported.meta["unknown"]["tool_args"] == 6
+    assert exported.verdict == scan(guard.events, config=Config()).verdict == "ok"

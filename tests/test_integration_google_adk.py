@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("google.adk", reason="google-adk runs in .venv-adk (make test)")
 
-from frameworks_a import readme_snippet, run_example, run_snippet
+from frameworks_a import ROOT, readme_snippet, run_example, run_snippet, scan_otlp_json
 from google.adk.agents import LlmAgent
 from google.adk.agents.run_config import RunConfig, StreamingMode
 from google.adk.apps import App
@@ -24,7 +24,7 @@ from google.adk.runners import InMemoryRunner
 from google.genai import types
 from test_integration_decorator import RecordingGuard
 
-from loopwatch import Guard, scan
+from loopwatch import Config, Guard, scan
 from loopwatch.integrations.google_adk import STOP_KEY, LoopwatchPlugin
 
 MODES = ["sync", "async", "stream"]
@@ -261,3 +261,93 @@ def test_the_readme_snippet_runs_and_skips_the_loop(
     events = list(runner.run(user_id="u", session_id="s", new_message=message))
     assert events[-1].content.parts[0].text == ANSWER
     assert len(ran) == 4, "on_loop='skip': the 5th and 6th identical calls were answered"
+
+
+# -- the same run, exported by ADK's own tracing and scanned ------------------------------------
+def traced_run(run: str, mode: str, tmp_path: Any, **env: str) -> tuple[list[Any], list[Any]]:
+    """A run of ``tests/adk_traced_run.py`` with ``env`` on top of a clean environment:
+    (the events the plugin observed live, the runs read back from ADK's export)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LOOPWATCH_", "OTEL_", "ADK_", "GOOGLE_"))
+    }
+    clean["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT / "src")])
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "adk_traced_run.py"), run, mode],
+        capture_output=True,
+        text=True,
+        env={**clean, **env},
+        cwd=tmp_path,  # no loopwatch.toml from the repository
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return found["events"], scan_otlp_json(found["otlp"], config=Config())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_otel_trace_adk_exports_scans_to_the_live_verdict(mode: str, tmp_path: Any) -> None:
+    """The same looping run, traced by ADK's built-in OpenTelemetry tracing with content
+    capture on (``execute_tool`` spans carry ``gen_ai.tool.call.arguments`` and
+    ``.result`` only then) and scanned afterwards: the scan stops at the call where the
+    live plugin would have, with the same findings."""
+    events, runs = traced_run(
+        "stuck", mode, tmp_path, OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT="SPAN_ONLY"
+    )
+
+    [exported] = runs  # one run: the session (gen_ai.conversation.id)
+    assert exported.meta["conversation_id"] == "s-1"
+    calls = [e for e in exported.events if e["kind"] == "tool_call"]
+    assert [c.get("args") for c in calls] == [{"q": "paris weather"}] * 6
+    assert all("text" in e for e in exported.events if e["kind"] == "tool_result")
+    # both scanned with the default configuration, where the 5th identical call stops
+    live = scan(events, config=Config())
+    assert exported.verdict == live.verdict == "stop"
+    assert live.first_stop is not None
+    live_calls = sum(e["kind"] == "tool_call" for e in events[: live.first_stop + 1])
+    assert exported.tool_calls_before_stop == live_calls == 5
+    assert [f.detector for f in exported.report.findings] == [f.detector for f in live.findings]
+
+
+CAPTURE_OFF: dict[str, dict[str, str]] = {
+    # ADK's default: no message content on the spans
+    "default": {},
+    # the older ADK schema with its own content switch off: "{}" stands for the arguments
+    "legacy": {
+        "ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN": "1",
+        "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS": "false",
+    },
+}
+
+
+@pytest.mark.parametrize("settings", sorted(CAPTURE_OFF))
+@pytest.mark.parametrize("run", ["healthy", "stuck"])
+def test_without_content_capture_the_arguments_are_unknown_never_the_same(
+    run: str, settings: str, tmp_path: Any
+) -> None:
+    """With content capture off, ADK's spans do not carry what a call was asked or what
+    it returned (or carry a ``"{}"`` placeholder): the export reads those as unknown.
+    Six calls of one tool are then neither the same call nor a healthy run stopped; a
+    stuck run is not stopped either, since nothing in the trace shows it repeating."""
+    events, runs = traced_run(run, "async", tmp_path, **CAPTURE_OFF[settings])
+
+    [exported] = runs
+    calls = [e for e in exported.events if e["kind"] == "tool_call"]
+    results = [e for e in exported.events if e["kind"] == "tool_result"]
+    assert len(calls) == len(results) == 6
+    assert all("args" not in c and c["unknown"] == ["args"] for c in calls)
+    assert all("text" not in r and r["unknown"] == ["text"] for r in results)
+    assert exported.meta["unknown"]["tool_args"] == 6
+    assert exported.verdict != "stop"
+    assert not {"repeated_call", "futility", "no_progress"} & {
+        f.detector for f in exported.report.findings
+    }
+    if run == "healthy":
+        assert scan(events, config=Config()).verdict == exported.verdict == "ok"

@@ -245,6 +245,99 @@ def test_read_runs_is_lazy(tmp_path: Path, three_docs: list[dict[str, Any]]) -> 
     stream.close()  # type: ignore[attr-defined]
 
 
+# -- values an OpenInference trace does not carry ----------------------------------------------
+SEARCHES = {
+    "run_id": "oi-healthy",
+    "events": [
+        {"kind": "span", "name": "researcher", "type": "agent", "id": "a", "text": "find"},
+        *[
+            e
+            for i in range(6)
+            for e in (
+                {"kind": "model", "text": f"I will read page {i}.", "parent": "a"},
+                {"kind": "tool_call", "name": "web_search", "args": {"q": "paris", "page": i},
+                 "id": f"c{i}", "parent": "a"},
+                {"kind": "tool_result", "name": "web_search", "id": f"c{i}",
+                 "text": f"page {i}: {i * 7} results", "parent": "a"},
+            )
+        ],
+        {"kind": "model", "text": "Six pages read.", "parent": "a"},
+    ],
+}  # fmt: skip
+
+
+def _openinference_with(edit: Any) -> dict[str, Any]:
+    """SEARCHES as OpenInference spans (made by the SDK, encoded by the OTLP encoder), each
+    span's attributes passed through ``edit(kind, {key: value})`` first."""
+    [doc] = [tc.otlp_hex(d) for d in tc.otlp_documents([SEARCHES], "openinference")]
+    for rs in doc["resourceSpans"]:
+        for scope in rs["scopeSpans"]:
+            for span in scope["spans"]:
+                attrs = {a["key"]: a["value"] for a in span["attributes"]}
+                kind = attrs.get("openinference.span.kind", {}).get("stringValue")
+                edit(kind, attrs)
+                span["attributes"] = [{"key": k, "value": v} for k, v in attrs.items()]
+    return doc
+
+
+def _read_one(tmp_path: Path, doc: dict[str, Any]) -> tuple[TraceRun, list[InputError]]:
+    runs, errors = _split(list(read_runs(str(_otlp_lines(tmp_path, [doc])))))
+    assert len(runs) == 1
+    return runs[0], errors
+
+
+def test_openinference_redacted_values_are_unknown_not_the_same_value(tmp_path: Path) -> None:
+    """OpenInference's trace config (``OPENINFERENCE_HIDE_INPUTS``, ``_OUTPUTS``,
+    ``_OUTPUT_TEXT``) writes ``__REDACTED__`` in place of what it hides. Read as values,
+    six different searches were one call with one result and six model turns one
+    restated output: the healthy run was stopped. They are unknown."""
+    hidden = {"stringValue": "__REDACTED__"}
+
+    def redact(kind: str | None, attrs: dict[str, Any]) -> None:
+        for key in attrs:
+            if key in ("input.value", "output.value") and kind == "TOOL":
+                attrs[key] = hidden
+            if key.startswith("llm.output_messages.") and key.endswith(".message.content"):
+                attrs[key] = hidden
+
+    run, errors = _read_one(tmp_path, _openinference_with(redact))
+    calls = [e for e in run.events if e["kind"] == "tool_call"]
+    results = [e for e in run.events if e["kind"] == "tool_result"]
+    assert len(calls) == len(results) == 6
+    assert all("args" not in c and c["unknown"] == ["args"] for c in calls)
+    assert all("text" not in r and r["unknown"] == ["text"] for r in results)
+    assert not any(e["kind"] == "model" for e in run.events)
+    assert run.meta["unknown"] == {"model_text": 7, "tool_args": 6, "tool_results": 6}
+    assert any("OPENINFERENCE_HIDE_INPUTS" in e.reason for e in errors)
+    assert scan(run.to_dict(), Config()).verdict == "ok"
+    # the same spans unredacted: every value read, still a healthy run
+    full, _ = _read_one(tmp_path, _openinference_with(lambda kind, attrs: None))
+    assert "unknown" not in full.meta
+    assert [e.get("args") for e in full.events if e["kind"] == "tool_call"] == [
+        {"q": "paris", "page": i} for i in range(6)
+    ]
+    assert scan(full.to_dict(), Config()).verdict == "ok"
+
+
+def test_openinference_tool_parameters_are_the_schema_not_the_arguments(tmp_path: Path) -> None:
+    """OpenInference's ``tool.parameters`` is the tool's parameter schema (CrewAI's
+    instrumentor writes it on every call): a tool span without ``input.value`` has
+    unknown arguments, not the schema, which is the same on every call."""
+    schema = {"stringValue": json.dumps({"properties": {"q": {"type": "string"}}})}
+
+    def schema_only(kind: str | None, attrs: dict[str, Any]) -> None:
+        if kind == "TOOL":
+            del attrs["input.value"]
+            attrs["tool.parameters"] = schema
+
+    run, _ = _read_one(tmp_path, _openinference_with(schema_only))
+    calls = [e for e in run.events if e["kind"] == "tool_call"]
+    assert len(calls) == 6
+    assert all("args" not in c and c["unknown"] == ["args"] for c in calls)
+    assert run.meta["unknown"]["tool_args"] == 6
+    assert scan(run.to_dict(), Config()).verdict == "ok"
+
+
 # -- a real OpenAI Agents SDK run with a scripted model ---------------------------------------
 def test_openai_agents_run_with_a_scripted_model_is_read_and_stopped() -> None:
     agents = pytest.importorskip("agents")

@@ -345,6 +345,7 @@ def _classify(a: Mapping[str, Any]) -> tuple[str | None, str]:
 
 
 def _first(a: Mapping[str, Any], *keys: str) -> Any:
+    """The value of the first of ``keys`` the span carries."""
     for k in keys:
         value = a.get(k)
         if value is not None:
