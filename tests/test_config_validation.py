@@ -50,6 +50,9 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
     ({"frequency": {"exempt": 5}}, "exempt", "list of tool names"),
     ({"spend_velocity": {"warn_after": 0}}, "warn_after", ">= 1"),
     ({"spend_velocity": {"min_output_novelty": 2}}, "min_output_novelty", "[0, 1]"),
+    # found by the configuration fuzz test: None is "off" for a cap, not for a minimum
+    ({"spend_velocity": {"min_tokens": None}}, "min_tokens", ">= 0"),
+    ({"spend_velocity": {"min_cost": None}}, "min_cost", ">= 0"),
     ({"stagnation": {"similarity": 0}}, "similarity", "(0, 1]"),
     ({"iteration_cap": {"warn_ratio": 1.5}}, "warn_ratio", "(0, 1]"),
     ({"token_budget": True}, "max_tokens", "> 0"),

@@ -133,6 +133,33 @@ def test_a_corrupt_parquet_file_is_an_input_error(tmp_path: Path) -> None:
     assert b"Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("first", [b"ARROW1", b"PAR1 and more", b"ARROW1\x00\x00 "])
+def test_json_lines_whose_first_line_looks_like_a_magic_are_read_as_text(
+    tmp_path: Path, first: bytes
+) -> None:
+    """Both columnar formats end with their magic too: a text file that merely starts
+    like one (found by the fuzz test) is JSON Lines with a bad first line, which is
+    reported while every run after it is scanned."""
+    runs = _runs()
+    path = tmp_path / "runs.jsonl"
+    path.write_bytes(first + b"\n" + b"".join(orjson.dumps(r) + b"\n" for r in runs))
+    out = _cli("--json", str(path))
+    assert [orjson.loads(line)["run_id"] for line in out.stdout.splitlines()] == [
+        r["run_id"] for r in runs
+    ]
+    assert f"{path}:1:".encode() in out.stderr and b"Traceback" not in out.stderr
+
+
+def test_a_truncated_parquet_file_is_still_read_as_parquet(tmp_path: Path) -> None:
+    full = tmp_path / "full.parquet"
+    pq.write_table(runs_to_table(_runs()), full)
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(full.read_bytes()[: full.stat().st_size // 2])
+    out = _cli("--json", str(cut))
+    assert out.returncode == 2 and b"cannot read as Parquet/Arrow" in out.stderr
+    assert b"Traceback" not in out.stderr
+
+
 def test_missing_pyarrow_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "t.parquet"
     pq.write_table(runs_to_table(_runs()), path)

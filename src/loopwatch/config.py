@@ -428,7 +428,8 @@ def _scheme(url: str) -> str:
 def _check_section(name: str, section: Mapping[str, Any], where: str) -> None:
     """Ranges of one detector section, with the detector's defaults filled in."""
     factory = DETECTORS[name][0]
-    values = {**_defaults(factory), **section}
+    defaults = _defaults(factory)
+    values = {**defaults, **section}
     enabled = values.pop("enabled", DETECTORS[name][1])
     at = f"[{name}] {{}}{where}"
     for key, value in values.items():
@@ -439,7 +440,9 @@ def _check_section(name: str, section: Mapping[str, Any], where: str) -> None:
             if not _is_number(value) or not (0 <= value <= 1 if low_ok else 0 < value <= 1):
                 interval = "[0, 1]" if low_ok else "(0, 1]"
                 raise ConfigError(f"{at.format(key)} must be a number in {interval}, not {value!r}")
-        elif key in _AMOUNTS and value is not None:
+        elif key in _AMOUNTS and (value is not None or defaults.get(key) is not None):
+            # None turns an optional cap off; an amount with a numeric default
+            # (min_tokens = 0.0) has no "off" and must stay a number
             zero_ok = _AMOUNTS[key]
             if not _is_number(value) or not (value >= 0 if zero_ok else value > 0):
                 bound = ">= 0" if zero_ok else "> 0"

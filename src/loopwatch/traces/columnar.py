@@ -19,6 +19,7 @@ being silently scanned as a second, shorter run.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -41,6 +42,8 @@ __all__ = [
 COLUMNAR_SUFFIXES: Final = (".parquet", ".pq", ".arrow", ".feather", ".ipc")
 _PARQUET_MAGIC: Final = b"PAR1"
 _ARROW_MAGIC: Final = b"ARROW1"
+# Bytes read to tell a columnar file from text (see is_columnar).
+_SNIFF_BYTES: Final = 4096
 _RUN_LEVEL: Final = ("outcome", "meta")  # columns that describe the run, not the event
 _JSON_COLUMNS: Final = ("args", "meta")  # JSON text is decoded; nested values kept
 _ORDER: Final = "step"
@@ -58,15 +61,31 @@ def _pyarrow() -> Any:
 
 def is_columnar(path: str) -> bool:
     """Whether a file is Parquet or Arrow IPC, by its magic bytes (or its suffix when
-    it cannot be opened: the reader then reports why)."""
+    it cannot be opened: the reader then reports why).
+
+    Both formats write their magic at the start and at the end. A file with only the
+    leading one is JSON Lines when a JSON object starts a line in its first 4 KiB (a
+    first line that happens to read ``PAR1...`` or ``ARROW1...`` is a bad line to
+    report, not a reason to lose every run after it), and otherwise a truncated
+    columnar file, which the reader reports as unreadable.
+    """
     if path == "-":
         return False
     try:
         with open(path, "rb") as fh:
-            head = fh.read(6)
+            head = fh.read(_SNIFF_BYTES)
+            if not (head[:4] == _PARQUET_MAGIC or head[:6] == _ARROW_MAGIC):
+                return False
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 6))
+            tail = fh.read(6)
     except OSError:
         return path.endswith(COLUMNAR_SUFFIXES)
-    return head[:4] == _PARQUET_MAGIC or head == _ARROW_MAGIC
+    magic = _PARQUET_MAGIC if head[:4] == _PARQUET_MAGIC else _ARROW_MAGIC
+    if size > len(magic) and tail.endswith(magic):
+        return True
+    return b"\n{" not in head
 
 
 def _read_table(path: str) -> pa.Table:
