@@ -42,8 +42,8 @@ def test_every_detector_a_config_can_enable_is_importable_from_the_top() -> None
 
 def test_verdicts_and_findings_survive_pickling_and_copying() -> None:
     """Scan workers send reports back to the main process, and users hand verdicts to
-    other processes: both builds (the compiled classes have no argument-free
-    constructor, and a finding is frozen) must pickle and copy them whole."""
+    other processes: a verdict (a slotted class, no longer a dataclass) and its
+    findings must pickle and copy whole."""
     import copy
     import pickle
 

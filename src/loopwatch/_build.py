@@ -31,7 +31,6 @@ COMPILED: tuple[str, ...] = (
     "loopwatch.text",
     "loopwatch.state",
     "loopwatch.engine",
-    "loopwatch.findings",
     "loopwatch.policy",
     "loopwatch.detectors.base",
     "loopwatch.detectors.budget",
