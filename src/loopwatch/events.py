@@ -130,13 +130,6 @@ _FIELD_ENDS: Final = (":", "=")
 _TIMING_STEMS: Final = ("duration", "elapsed", "latency", "took")
 
 
-# The start of a token (a run of non-space) of 8+ characters that is not all letters:
-# the only tokens fold_and_mask hands to _VOLATILE. Every volatile pattern needs a
-# decimal digit, "-", "_" or a quote, so a text without such a token has nothing to
-# mask, and one regex pass in C decides it without splitting the text into tokens.
-_MASKABLE = re.compile(r"(?<!\S)(?=\S{8})\S*?(?:[\d_]|[^\w\s])")
-
-
 def fold_and_mask(text: str) -> str:
     """Whitespace folded and volatile values masked, token by token.
 
@@ -145,18 +138,14 @@ def fold_and_mask(text: str) -> str:
     few tokens that could hold a volatile value (8+ characters, not purely letters)
     instead of at every position of the text.
     """
+    tokens = text.split()
+    sub = _VOLATILE.sub
     low = text.lower()
     if not any(stem in low for stem in _TIMING_STEMS):  # most texts: no per-token test
-        if _MASKABLE.search(text) is None:  # nothing any volatile pattern could match
-            return " ".join(text.split())
-        tokens = text.split()
-        sub = _VOLATILE.sub
         for i, tok in enumerate(tokens):
             if len(tok) >= 8 and not tok.isalpha():
                 tokens[i] = sub("#", tok)
         return " ".join(tokens)
-    tokens = text.split()
-    sub = _VOLATILE.sub
     timing = False
     for i, tok in enumerate(tokens):
         if timing and tok[:1].isdigit():
