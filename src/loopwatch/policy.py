@@ -9,10 +9,13 @@ from .events import TOOL_CALL, Event
 from .findings import Action, Finding, Severity, Verdict
 from .state import RunState
 
-__all__ = ["ON_LOOP_CHOICES", "OnLoop", "Policy", "Step"]
+__all__ = ["NOT_RUN", "ON_LOOP_CHOICES", "OnLoop", "Policy", "Step"]
 
 OnLoop = Literal["stop", "skip", "warn"]
 ON_LOOP_CHOICES: Final = ("stop", "skip", "warn")
+# How a skipped call's answer starts; integrations answer with it alone when a
+# verdict carries no message.
+NOT_RUN: Final = "[loopwatch] This call was not executed."
 
 
 class Policy:
@@ -64,7 +67,7 @@ class Policy:
             ordered = findings
         message = " ".join(f.message for f in ordered)
         if action is Action.SKIP:
-            message = f"[loopwatch] This call was not executed. {message}"
+            message = f"{NOT_RUN} {message}"
         elif action is Action.STOP:
             message = f"[loopwatch] Run stopped: {message}"
         else:

@@ -432,8 +432,8 @@ def _submit(executor: Executor, fn: Callable[..., Any], *args: Any) -> Any:
         return executor.submit(fn, *args)
     except Exception as exc:  # e.g. BrokenProcessPool: later units are scanned here
         what = f"{type(exc).__name__}: {exc}"
-        if what not in _SCANNED_HERE:
-            _SCANNED_HERE.add(what)
+        if what not in _POOL_FAILURES:
+            _POOL_FAILURES.add(what)
             log.warning(
                 "loopwatch: the scan workers failed (%s); the main process scans the rest", what
             )
@@ -456,7 +456,8 @@ def _process_pool(jobs: int, config: Config) -> Iterator[ProcessPoolExecutor]:
 
 
 log = logging.getLogger("loopwatch")
-_SCANNED_HERE: set[str] = set()  # files a worker failed, and pool failures (warned once each)
+_SCANNED_HERE: set[str] = set()  # files whose ranges a worker failed (warned once each)
+_POOL_FAILURES: set[str] = set()  # engine failures already warned about
 
 
 class _Range(NamedTuple):

@@ -128,12 +128,12 @@ def _settings(obj: object) -> list[tuple[str, object]]:
     attributes (``__mypyc_attrs__``), base classes first."""
     if hasattr(obj, "__dict__"):
         return list(vars(obj).items())
-    out: list[tuple[str, object]] = []
+    out: dict[str, object] = {}
     for cls in reversed(type(obj).__mro__):
         for name in vars(cls).get("__mypyc_attrs__", ()):
-            if name != "__dict__" and name not in dict(out) and hasattr(obj, name):
-                out.append((name, getattr(obj, name)))
-    return out
+            if name != "__dict__" and name not in out and hasattr(obj, name):
+                out[name] = getattr(obj, name)
+    return list(out.items())
 
 
 class DetectorSet:

@@ -17,8 +17,10 @@ import orjson
 from ..extras import missing_extra
 from ..findings import Action, StoreUnavailable, Verdict
 from ..guard import Guard
+from ..policy import NOT_RUN
 
 __all__ = [
+    "NOT_RUN",
     "PendingWarnings",
     "StoppedRuns",
     "aobserve_queued",

@@ -71,11 +71,10 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
-from ._common import PendingWarnings, aobserve_safely, content_text, make_guard
+from ._common import NOT_RUN, PendingWarnings, aobserve_safely, content_text, make_guard
 
 __all__ = ["LoopwatchAutogen", "LoopwatchModelClient", "LoopwatchTermination", "LoopwatchTool"]
 
-NOT_RUN: Final = "[loopwatch] This call was not executed."
 _CALLS_MAX: Final = 4096  # call id -> agent, for the tools
 
 

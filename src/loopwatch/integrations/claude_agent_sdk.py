@@ -59,7 +59,14 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
-from ._common import PendingWarnings, StoppedRuns, aobserve_queued, content_text, make_guard
+from ._common import (
+    NOT_RUN,
+    PendingWarnings,
+    StoppedRuns,
+    aobserve_queued,
+    content_text,
+    make_guard,
+)
 
 __all__ = ["LoopwatchHooks"]
 
@@ -141,7 +148,7 @@ class LoopwatchHooks:
             }
             verdict = await self._observe(run, _with_agent(event, data))
             if verdict.action is Action.SKIP:
-                return _deny(verdict.message or "[loopwatch] This call was not executed.")
+                return _deny(verdict.message or NOT_RUN)
             if verdict.action is not Action.STOP:
                 return {}
             stopped = verdict

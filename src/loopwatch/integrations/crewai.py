@@ -68,6 +68,7 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
 from ._common import (
+    NOT_RUN,
     PendingWarnings,
     StoppedRuns,
     content_text,
@@ -79,7 +80,6 @@ from ._common import (
 
 __all__ = ["LoopStopped", "LoopwatchCrewAI"]
 
-NOT_RUN: Final = "[loopwatch] This call was not executed."
 STOPPED: Final = "[loopwatch] Run stopped."
 _MAX: Final = 10_000
 

@@ -52,7 +52,7 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
 from ..findings import Action, Verdict
 from ..guard import Guard
-from ._common import PendingWarnings, aobserve_queued, content_text, make_guard
+from ._common import NOT_RUN, PendingWarnings, aobserve_queued, content_text, make_guard
 
 __all__ = ["STOP_KEY", "LoopwatchPlugin"]
 
@@ -157,7 +157,7 @@ class LoopwatchPlugin(BasePlugin):
         }
         verdict = await self._observe(tool_context.session.id, event)
         if verdict.action is Action.SKIP:
-            message = verdict.message or "[loopwatch] This call was not executed."
+            message = verdict.message or NOT_RUN
             return self._answer(tool_context, message)
         if verdict.action is Action.STOP:
             return self._answer(tool_context, _stop(tool_context, verdict))

@@ -49,6 +49,7 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 from ..findings import Action, Verdict
 from ..guard import Guard
 from ._common import (
+    NOT_RUN,
     PendingWarnings,
     aobserve_safely,
     content_text,
@@ -282,7 +283,7 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
             return None
         call = request.tool_call
         return ToolMessage(
-            content=verdict.message or "[loopwatch] This call was not executed.",
+            content=verdict.message or NOT_RUN,
             tool_call_id=call["id"],
             name=call.get("name"),
             status="error",

@@ -77,11 +77,10 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
-from ._common import PendingWarnings, aobserve_safely, content_text, log, make_guard
+from ._common import NOT_RUN, PendingWarnings, aobserve_safely, content_text, log, make_guard
 
 __all__ = ["RUN_ID_KEY", "LoopwatchLLM", "LoopwatchLlamaIndex", "LoopwatchTool"]
 
-NOT_RUN: Final = "[loopwatch] This call was not executed."
 RUN_ID_KEY: Final = "loopwatch_run_id"
 _STOPPED_MAX: Final = 10_000
 

@@ -53,7 +53,7 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
-from ._common import PendingWarnings, aobserve_safely, content_text, make_guard
+from ._common import NOT_RUN, PendingWarnings, aobserve_safely, content_text, make_guard
 
 __all__ = ["LoopTripwire", "LoopwatchAgents", "LoopwatchRun", "LoopwatchRunHooks", "loop_verdict"]
 
@@ -164,7 +164,7 @@ class LoopwatchAgents:
         verdict = await aobserve_safely(self.guard, run, event)
         if verdict.action is Action.SKIP:
             return ToolGuardrailFunctionOutput.reject_content(
-                verdict.message or "[loopwatch] This call was not executed.", output_info=verdict
+                verdict.message or NOT_RUN, output_info=verdict
             )
         if verdict.action is Action.STOP:
             self.pending.discard(run)

@@ -49,7 +49,7 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
-from ._common import PendingWarnings, aobserve_safely, content_text, make_guard
+from ._common import NOT_RUN, PendingWarnings, aobserve_safely, content_text, make_guard
 
 __all__ = ["LoopwatchCapability"]
 
@@ -167,7 +167,7 @@ class LoopwatchCapability(AbstractCapability[Any]):
             event["agent"] = agent
         verdict = await aobserve_safely(self.guard, run, event)
         if verdict.action is Action.SKIP:
-            raise SkipToolExecution(verdict.message or "[loopwatch] This call was not executed.")
+            raise SkipToolExecution(verdict.message or NOT_RUN)
         self._act(run, verdict)
         result_event: dict[str, Any] = {
             "kind": "tool_result",

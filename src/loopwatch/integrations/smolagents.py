@@ -56,11 +56,10 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
-from ._common import PendingWarnings, content_text, make_guard, observe_safely
+from ._common import NOT_RUN, PendingWarnings, content_text, make_guard, observe_safely
 
 __all__ = ["LoopwatchSmolagents", "LoopwatchTool"]
 
-NOT_RUN: Final = "[loopwatch] This call was not executed."
 _SENTINEL: Final = "\x00loopwatch-task\x00"
 
 

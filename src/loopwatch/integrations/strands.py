@@ -71,7 +71,14 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
-from ._common import PendingWarnings, StoppedRuns, aobserve_queued, content_text, make_guard
+from ._common import (
+    NOT_RUN,
+    PendingWarnings,
+    StoppedRuns,
+    aobserve_queued,
+    content_text,
+    make_guard,
+)
 
 __all__ = ["LoopwatchHooks"]
 
@@ -276,7 +283,7 @@ class LoopwatchHooks(HookProvider):
             },
         )
         if verdict.action is Action.SKIP:
-            event.cancel_tool = verdict.message or "[loopwatch] This call was not executed."
+            event.cancel_tool = verdict.message or NOT_RUN
         elif verdict.action is Action.STOP:
             event.cancel_tool = verdict.message or "[loopwatch] Run stopped."
 
