@@ -29,6 +29,7 @@ __all__ = ["COMPILED", "compiled", "describe", "force_pure", "pure_requested"]
 COMPILED: tuple[str, ...] = (
     "loopwatch.events",
     "loopwatch.text",
+    "loopwatch.codec",
     "loopwatch.state",
     "loopwatch.engine",
     "loopwatch.policy",

@@ -8,18 +8,23 @@ compiler (mypyc) speeds up.
 
 State crosses a process boundary only in a store (Redis, SQLite). There it is
 serialised with :meth:`RunState.to_bytes` and read back with
-:meth:`RunState.from_bytes`: compact JSON arrays (orjson), with a format version
-first, so a state written by another version is refused cleanly
-(:class:`StateError`) and the store starts the run afresh instead of misreading it.
+:meth:`RunState.from_bytes`: a magic, the format version, then the fields in the
+compact binary encoding of :mod:`loopwatch.codec` (fingerprints as 8 bytes, each
+string once). A state written by another version (format 2 and older were JSON) is
+refused cleanly (:class:`StateError`) and the store starts the run afresh instead of
+misreading it.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
+from operator import attrgetter
 from typing import Any, ClassVar, Final, Generic, TypeVar, final
 
 import orjson
 from mypy_extensions import mypyc_attr
+
+from .codec import pack, unpack
 
 __all__ = [
     "STATE_VERSION",
@@ -35,7 +40,11 @@ __all__ = [
 ]
 
 # Bumped whenever the serialised shape changes; a state of another version is refused.
-STATE_VERSION: Final = 2
+# 3: the binary encoding of loopwatch.codec (2 and older: JSON arrays).
+STATE_VERSION: Final = 3
+# What a serialised state starts with, before its version byte. JSON never starts
+# with it, so a state of format 2 or older is told apart and refused by its version.
+_MAGIC: Final = b"LWS"
 
 R = TypeVar("R", bound="Record")
 S = TypeVar("S", bound="DetectorState")
@@ -63,7 +72,10 @@ class Record:
 
     def dump(self) -> Any:
         """JSON-compatible form (a list of the fields)."""
-        return [getattr(self, name) for name in _fields(type(self))]
+        getter = _GETTERS.get(type(self))
+        if getter is None:
+            getter = _getter(type(self))
+        return list(getter(self))
 
     @classmethod
     def load(cls: type[R], data: Any) -> R:
@@ -90,6 +102,20 @@ class Record:
 
 
 _FIELDS: dict[type[Record], tuple[str, ...]] = {}  # per class, computed once
+# Per class: reads all the fields in one C call (a getattr per field costs 60 ns each
+# through the generic attribute lookup, and the call window alone has ~300 of them).
+_GETTERS: dict[type[Record], Callable[[Any], tuple[Any, ...]]] = {}
+
+
+def _getter(cls: type[Record]) -> Callable[[Any], tuple[Any, ...]]:
+    fields = _fields(cls)
+    if len(fields) == 1:
+        one = attrgetter(fields[0])
+        getter: Callable[[Any], tuple[Any, ...]] = lambda obj: (one(obj),)  # noqa: E731
+    else:
+        getter = attrgetter(*fields)
+    _GETTERS[cls] = getter
+    return getter
 
 
 def _fields(cls: type[Record]) -> tuple[str, ...]:
@@ -125,6 +151,22 @@ class DetectorState(Record):
         if other is not None and other is not cls:
             raise TypeError(f"two detector state classes are named {cls.__name__}")
         DetectorState.registry[cls.__name__] = cls
+
+
+def _mapping(value: Any) -> dict[str, int]:
+    if not isinstance(value, dict):
+        raise StateError("run state is damaged: expected a mapping")
+    return value
+
+
+def _old_version(data: bytes) -> object:
+    """The version a state of format 2 or older (a JSON array, version first) says it
+    has, for the error message; None when the bytes are not such a state."""
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return raw[0] if isinstance(raw, list) and raw else None
 
 
 def dump_map(records: dict[str, R]) -> dict[str, Any]:
@@ -191,6 +233,31 @@ class CallRecord(Record):
         self.args = args  # short preview of the arguments, for messages
         self.turn = turn  # the model turn it was issued in (calls of one turn = a batch)
 
+    # Written out field by field (in slot order, as Record.dump): the window holds 32
+    # of these, and native attribute reads cost a fraction of the generic lookup.
+    def dump(self) -> Any:
+        return [
+            self.args,
+            self.key,
+            self.name,
+            self.norm,
+            self.novel,
+            self.result,
+            self.rstep,
+            self.step,
+            self.turn,
+        ]
+
+    @classmethod
+    def load(cls, data: Any) -> CallRecord:
+        if not isinstance(data, list) or len(data) != 9:
+            raise StateError("CallRecord: expected 9 fields")
+        args, key, name, norm, novel, result, rstep, step, turn = data
+        rec = CallRecord(step, key, norm, name, novel, args, turn)
+        rec.result = result
+        rec.rstep = rstep
+        return rec
+
 
 @final
 class RunState:
@@ -249,12 +316,12 @@ class RunState:
         raise StateError(f"slot {name!r} holds a {type(st).__name__}, not {cls.__name__}")
 
     def dump(self) -> list[Any]:
-        """The JSON-compatible form (what :meth:`to_bytes` encodes)."""
+        """The fields as plain values, what :meth:`to_bytes` packs. ``seen`` is left
+        out: it is the count of each normalised key in the call window, rebuilt from
+        the window on reading."""
         return [
-            STATE_VERSION,
             self.n,
             [c.dump() for c in self.calls],
-            self.seen,
             self.rseen,
             self.pending,
             self.epoch,
@@ -265,57 +332,51 @@ class RunState:
             self.talks,
             self.skips,
             self.user_step,
-            {name: [type(st).__name__, st.dump()] for name, st in self.slots.items()},
+            [[name, type(st).__name__, st.dump()] for name, st in self.slots.items()],
         ]
 
     def to_bytes(self) -> bytes:
-        """Compact serialised form, for stores that keep state outside the process.
-
-        Text from Python callers may hold lone surrogates, which UTF-8 cannot carry:
-        such a state is written with JSON escapes instead (``\\ud800``), which
-        :meth:`from_bytes` reads back to the same string, so every store keeps the
-        same text and gives the same verdicts."""
-        dump = self.dump()
-        try:
-            return orjson.dumps(dump)
-        except TypeError:
-            return json.dumps(dump, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        """Compact serialised form, for stores that keep state outside the process."""
+        return _MAGIC + bytes((STATE_VERSION,)) + pack(self.dump())
 
     @classmethod
     def from_bytes(cls, data: bytes | str) -> RunState:
         """Read a state written by :meth:`to_bytes`; :class:`StateError` if it was
         written by another version or is damaged."""
-        try:
-            raw = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            try:  # written with escapes for lone surrogates (see to_bytes)
-                raw = json.loads(data)
-            except (ValueError, UnicodeDecodeError):
-                raise StateError(f"run state is not readable: {exc}") from exc
-        if not isinstance(raw, list) or not raw or raw[0] != STATE_VERSION:
-            version = raw[0] if isinstance(raw, list) and raw else None
+        if isinstance(data, str):
+            data = data.encode("utf-8", "surrogatepass")
+        if not data.startswith(_MAGIC) or len(data) == len(_MAGIC):
+            raise StateError(
+                f"run state of format {_old_version(data)!r}, this loopwatch reads {STATE_VERSION}"
+            )
+        version = data[len(_MAGIC)]
+        if version != STATE_VERSION:
             raise StateError(
                 f"run state of format {version!r}, this loopwatch reads {STATE_VERSION}"
             )
         try:
-            _, n, calls, seen, rseen, pending, epoch, ncalls, news, warned, *rest = raw
+            raw = unpack(data, len(_MAGIC) + 1)
+            n, calls, rseen, pending, epoch, ncalls, news, warned, *rest = raw
             turn, talks, skips, user_step, slots = rest
             st = cls()
             st.n = int(n)
             st.calls = [CallRecord.load(c) for c in calls]
-            st.seen, st.rseen, st.pending, st.warned = seen, rseen, pending, warned
+            seen = st.seen
+            for call in st.calls:
+                seen[call.norm] = seen.get(call.norm, 0) + 1
+            st.rseen, st.pending, st.warned = _mapping(rseen), _mapping(pending), _mapping(warned)
             st.epoch, st.ncalls, st.turn, st.talks, st.skips = epoch, ncalls, turn, talks, skips
             st.user_step = user_step
             st.news = news
-            for name, (kind, value) in slots.items():
+            for name, kind, value in slots:
                 slot_cls = DetectorState.registry.get(kind)
                 if slot_cls is None:
                     raise StateError(f"unknown detector state {kind!r}")
                 st.slots[name] = slot_cls.load(value)
-        except (TypeError, ValueError, KeyError) as exc:
-            if isinstance(exc, StateError):
-                raise
-            raise StateError(f"run state is damaged: {exc}") from exc
+        except StateError:
+            raise
+        except (TypeError, ValueError, KeyError, IndexError, RecursionError) as exc:
+            raise StateError(f"run state is damaged: {type(exc).__name__}: {exc}") from exc
         return st
 
     def __eq__(self, other: object) -> bool:

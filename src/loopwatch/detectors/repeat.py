@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import final
+from typing import Any, final
 
 from ..events import TOOL_CALL, TOOL_RESULT, sketch_similarity, text_sketch
 from ..findings import Finding, Severity
-from ..state import CallRecord, KeyedState, Record
+from ..state import CallRecord, KeyedState, Record, StateError
 from .base import Context, Detector, severity_for, trim
 
 _KEYS_MAX = 32  # distinct calls tracked per run (LRU): no more than the call window holds
@@ -38,6 +38,19 @@ class Streak(Record):
         self.exact = True  # every call in the streak had exactly the same arguments
         self.key = key  # the exact call key of the streak's first call
         self.sketch: list[int] | None = None  # sketch of the last result, once it repeats
+
+    # Field by field, in slot order (as Record.dump): up to 32 per run, see CallRecord.
+    def dump(self) -> Any:
+        return [self.count, self.epoch, self.exact, self.key, self.result, self.sketch, self.steps]
+
+    @classmethod
+    def load(cls, data: Any) -> Streak:
+        if not isinstance(data, list) or len(data) != 7:
+            raise StateError("Streak: expected 7 fields")
+        count, epoch, exact, key, result, sketch, steps = data
+        streak = Streak(epoch, result, 0, key)
+        streak.count, streak.exact, streak.sketch, streak.steps = count, exact, sketch, steps
+        return streak
 
 
 @final
