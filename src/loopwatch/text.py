@@ -24,9 +24,9 @@ __all__ = [
     "jaccard",
     "lexical_verdict",
     "looks_like_code",
-    "ordered_words",
     "plain_words",
     "preview",
+    "split_words",
     "word_set",
 ]
 
@@ -60,11 +60,12 @@ def plain_words(text: str) -> set[str]:
     return set(_spaced(text).split())
 
 
-def ordered_words(text: str) -> dict[str, None]:
-    """:func:`plain_words` in order of first appearance: a dict, not a set, because a
-    set's order changes with each process's string hashing, and state built in that
-    order (a FIFO vocabulary) must be the same on every worker, every time."""
-    return dict.fromkeys(_spaced(text).split())
+def split_words(text: str) -> list[str]:
+    """The words of a text in order, repeats included: lower-cased, ASCII punctuation
+    dropped (what :func:`plain_words` makes a set of). A list, not a set, when the
+    order matters: a set's order changes with each process's string hashing, and
+    state built in that order (a FIFO vocabulary) must be the same on every worker."""
+    return _spaced(text).split()
 
 
 def jaccard(a: set[str], b: set[str]) -> float:

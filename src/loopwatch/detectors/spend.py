@@ -22,7 +22,7 @@ from typing import Any, Final, final
 from ..events import KINDS, MODEL
 from ..findings import Finding, Severity
 from ..state import DetectorState
-from ..text import ordered_words
+from ..text import split_words
 from .base import Context, Detector, note_novelty, trim
 
 __all__ = [
@@ -128,12 +128,14 @@ class SpendVelocity(Detector):
     def _output_is_new(self, st: SpendState, text: str) -> bool:
         # str methods, not a regex: this runs on every model turn of a run with spend.
         # Short words are common, so they sit in the vocabulary and never count as new.
-        words = ordered_words(text[:_OUTPUT_CHARS])
+        words = split_words(text[:_OUTPUT_CHARS])
         if not words:
             return False
         vocab = st.vocab
-        # In the text's order (ordered_words): the FIFO below evicts the oldest words,
-        # so the insertion order decides what is remembered.
+        # In the text's order: the FIFO below evicts the oldest words, so the order of
+        # first appearance decides what is remembered. A word met again in this text
+        # is already in the vocabulary, so each distinct word counts once (without
+        # building a dict of the distinct words first: that cost 3 us per output).
         # First in, first out: a word seen long ago may count as new again (lenient).
         fresh = 0
         for w in words:
@@ -144,7 +146,9 @@ class SpendVelocity(Detector):
         if excess > 0:
             for w in list(itertools.islice(vocab, excess)):
                 del vocab[w]
-        return fresh >= self.min_new_words and fresh >= self.min_output_novelty * len(words)
+        if fresh < self.min_new_words:
+            return False
+        return fresh >= self.min_output_novelty * len(set(words))
 
     def observe(self, ctx: Context) -> Finding | None:
         ev = ctx.event
