@@ -202,3 +202,39 @@ def test_the_fast_volatile_pattern_on_real_ids() -> None:
     for text in samples:
         assert mask_volatile(text) == _VOLATILE_SPEC.sub("#", text)
         assert mask_volatile(text) != text
+
+
+_WORDY = st.lists(
+    st.tuples(
+        st.text(alphabet="abcXYZ0129", min_size=1, max_size=5),
+        st.sampled_from([" ", "_", "\x00", "-", "\x7f", "\n", ".", "\t", "\u00e9", "\u2014"]),
+    ),
+    min_size=25,
+    max_size=60,
+).map(lambda pairs: "".join(w + sep for w, sep in pairs))
+
+
+def _reference_sketch(text: str) -> list[int] | None:
+    import xxhash
+
+    words = set(re.findall(r"[^\W_]+", mask_volatile(text[:4000]).lower()))
+    expected = None
+    if len(words) >= 20:
+        hashes = sorted(xxhash.xxh32_intdigest(w.encode("utf-8", "surrogatepass")) for w in words)
+        expected = hashes[:64]
+    return expected
+
+
+@given(_WORDY | st.text(alphabet=st.characters(max_codepoint=0x7F)) | st.text())
+def test_the_sketch_reads_the_same_words_on_the_ascii_fast_path(text: str) -> None:
+    from loopwatch.events import text_sketch
+
+    assert text_sketch(text) == _reference_sketch(text)
+
+
+def test_the_sketch_splits_ascii_words_at_control_characters_and_underscores() -> None:
+    from loopwatch.events import text_sketch
+
+    for sep in ("\x00", "\x7f", "_", "\x1b", "-", "\u2014"):
+        text = sep.join(f"word{i}" for i in range(30))
+        assert text_sketch(text) is not None and text_sketch(text) == _reference_sketch(text)

@@ -110,15 +110,25 @@ _WORD = re.compile(r"[^\W_]+")
 _SKETCH_SIZE: Final = 64
 _SKETCH_MIN_WORDS: Final = 20
 _xxh32 = xxhash.xxh32_intdigest
+_ALNUM_BYTES: Final = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_NON_ALNUM_TO_SPACE: Final = bytes(c if c in _ALNUM_BYTES else 32 for c in range(256))
 
 
 def text_sketch(text: str) -> list[int] | None:
     """A bottom-64 MinHash sketch of a text's distinct words (stable across processes),
     or None when the text has too few words for a fuzzy comparison to mean anything."""
-    words = set(_WORD.findall(mask_volatile(text[:4000]).lower()))
+    masked = mask_volatile(text[:4000]).lower()
+    if masked.isascii():
+        # The same words as _WORD finds (runs of ASCII letters and digits), as bytes
+        # ready to hash: one C pass instead of a regex and an encode per word.
+        raw = set(masked.encode("ascii").translate(_NON_ALNUM_TO_SPACE).split())
+        if len(raw) < _SKETCH_MIN_WORDS:
+            return None
+        return sorted([_xxh32(w) for w in raw])[:_SKETCH_SIZE]
+    words = set(_WORD.findall(masked))
     if len(words) < _SKETCH_MIN_WORDS:
         return None
-    return sorted(_xxh32(w.encode(_UTF8, _LONE)) for w in words)[:_SKETCH_SIZE]
+    return sorted([_xxh32(w.encode(_UTF8, _LONE)) for w in words])[:_SKETCH_SIZE]
 
 
 def sketch_similarity(a: list[int], b: list[int]) -> float:
