@@ -204,9 +204,16 @@ def test_the_fast_volatile_pattern_on_real_ids() -> None:
         assert mask_volatile(text) != text
 
 
+_VALUES = st.sampled_from(
+    [
+        *("2024-01-02 10:00:00Z", "2024-01-02 10:00", "2024-01-02T10:00:00+01:00", "10:00:00"),
+        *("9f1c2b7e-4a3d-4e5f-8a9b-0c1d2e3f4a5b", "0123456789abcdef01", "toolu_01ABCdef234"),
+        *('{"call_id":"call_x9Y8z7"}', '"D681PevKs"', "run-7f3a9c2e1b", "ab_x1y2z3w4q"),
+    ]
+)
 _WORDY = st.lists(
     st.tuples(
-        st.text(alphabet="abcXYZ0129", min_size=1, max_size=5),
+        st.text(alphabet="abcXYZ0129", min_size=1, max_size=5) | _VALUES | _PIECES,
         st.sampled_from([" ", "_", "\x00", "-", "\x7f", "\n", ".", "\t", "\u00e9", "\u2014"]),
     ),
     min_size=25,
@@ -238,3 +245,13 @@ def test_the_sketch_splits_ascii_words_at_control_characters_and_underscores() -
     for sep in ("\x00", "\x7f", "_", "\x1b", "-", "\u2014"):
         text = sep.join(f"word{i}" for i in range(30))
         assert text_sketch(text) is not None and text_sketch(text) == _reference_sketch(text)
+
+
+def test_the_sketch_masks_a_date_and_time_written_with_a_space_as_one_value() -> None:
+    from loopwatch.events import text_sketch
+
+    words = " ".join(f"word{i}" for i in range(30))
+    for stamp in ("2024-01-02 10:00:00Z", "2024-01-02 10:00:00.5+01:00:", "2024-01-02 10:00"):
+        text = f"{words} {stamp} {words}"
+        assert text_sketch(text) == _reference_sketch(text)
+        assert text_sketch(text) == text_sketch(f"{words} {words}")  # no word of it kept

@@ -117,7 +117,10 @@ _NON_ALNUM_TO_SPACE: Final = bytes(c if c in _ALNUM_BYTES else 32 for c in range
 def text_sketch(text: str) -> list[int] | None:
     """A bottom-64 MinHash sketch of a text's distinct words (stable across processes),
     or None when the text has too few words for a fuzzy comparison to mean anything."""
-    masked = mask_volatile(text[:4000]).lower()
+    clipped = text[:4000]
+    # Masked token by token where that masks the same values: 3x cheaper than the
+    # pattern over the whole text, and only the words are kept.
+    masked = (_mask_tokens(clipped) if _masks_alike(clipped) else mask_volatile(clipped)).lower()
     if masked.isascii():
         # The same words as _WORD finds (runs of ASCII letters and digits), as bytes
         # ready to hash: one C pass instead of a regex and an encode per word.
@@ -160,14 +163,11 @@ def fold_and_mask(text: str) -> str:
     few tokens that could hold a volatile value (8+ characters, not purely letters)
     instead of at every position of the text.
     """
-    tokens = text.split()
-    sub = _VOLATILE.sub
     low = text.lower()
     if not any(stem in low for stem in _TIMING_STEMS):  # most texts: no per-token test
-        for i, tok in enumerate(tokens):
-            if len(tok) >= 8 and not tok.isalpha():
-                tokens[i] = sub("#", tok)
-        return " ".join(tokens)
+        return _mask_tokens(text)
+    tokens = text.split()
+    sub = _VOLATILE.sub
     timing = False
     for i, tok in enumerate(tokens):
         if timing and tok[:1].isdigit():
@@ -176,6 +176,30 @@ def fold_and_mask(text: str) -> str:
             tokens[i] = sub("#", tok)
         timing = tok.endswith(_FIELD_ENDS) and _TIMING_FIELD.search(tok) is not None
     return " ".join(tokens)
+
+
+def _mask_tokens(text: str) -> str:
+    """:func:`mask_volatile` token by token, tokens joined by one space. Every match
+    of the pattern is 8+ characters and holds a digit or one of ``-_:"``, so only
+    such tokens are tried; and no match spans whitespace except a date and a time
+    written with a space between them (see :func:`_masks_alike`)."""
+    tokens = text.split()
+    sub = _VOLATILE.sub
+    for i, tok in enumerate(tokens):
+        if len(tok) >= 8 and not tok.isalpha():
+            tokens[i] = sub("#", tok)
+    return " ".join(tokens)
+
+
+# The one volatile value that spans whitespace: a date, a space, a time.
+_DATE_SPACE_TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}")
+
+
+def _masks_alike(text: str) -> bool:
+    """Whether :func:`_mask_tokens` masks the same values as :func:`mask_volatile`
+    (the words of the two are then the same): unless a date and a time are written
+    with a space between them, which only the whole-text pattern masks as one."""
+    return ":" not in text or "-" not in text or _DATE_SPACE_TIME.search(text) is None
 
 
 def normalise_text(text: str) -> str:
