@@ -29,7 +29,6 @@ __all__ = ["COMPILED", "compiled", "describe", "force_pure", "pure_requested"]
 COMPILED: tuple[str, ...] = (
     "loopwatch.events",
     "loopwatch.text",
-    "loopwatch.codec",
     "loopwatch.state",
     "loopwatch.engine",
     "loopwatch.policy",
