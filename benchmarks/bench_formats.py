@@ -5,7 +5,7 @@ spans (default 1,000,000; GenAI conventions: per trace an ``invoke_agent``
 root with chat and ``execute_tool`` children), and the same traces as LangSmith
 runs and Langfuse observations, one record per line. For each format it
 prints the events/s of reading alone (``read_runs``) and of reading + scanning
-with the CLI's ``scan_stream`` on all cores. Prints numbers; asserts nothing.
+with the CLI's ``scan_stream`` (loopwatch.scan) on all cores. Prints numbers; asserts nothing.
 
     python benchmarks/bench_formats.py [--spans 1000000] [--jobs N]
 """
@@ -27,8 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
 from loopwatch import Config  # noqa: E402
-from loopwatch.cli import scan_stream  # noqa: E402
-from loopwatch.scan import Report  # noqa: E402
+from loopwatch.scan import Report, scan_stream  # noqa: E402
 from loopwatch.traces import TraceRun, read_runs  # noqa: E402
 
 SPANS_PER_TRACE = 21  # the agent span + 10 x (chat, execute_tool)

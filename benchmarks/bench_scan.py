@@ -21,8 +21,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 from _workload import runs_file_lines  # noqa: E402
 
 from loopwatch import Config  # noqa: E402
-from loopwatch.cli import scan_stream  # noqa: E402
-from loopwatch.scan import Report  # noqa: E402
+from loopwatch.scan import Report, scan_stream  # noqa: E402
 from loopwatch.traces import read_runs  # noqa: E402
 
 
