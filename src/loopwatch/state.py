@@ -16,11 +16,12 @@ misreading it.
 
 Why zstd: a live run's state is mostly fingerprints, 16 hex characters each, and
 the same fingerprint sits in several places (the call window, the repeat tallies,
-the recent results). Measured on ``bench_guard``'s 1,000 live runs, per state,
-in cache: JSON alone is 9.3 kB (6 us to write); zstd level 1 takes it to 3.3 kB
-(4.0 kB at most: the 4 KiB target) for 18 us more, and 7 us to read back. zlib
-level 1 gave 3.6 kB (4.3 kB at most) for 47 us; a hand-written binary encoding
-(8-byte fingerprints, each string once) 3.9 kB (5.5 kB at most) for 60 us.
+the recent results), which compresses well. Measured on ``bench_guard``'s 1,000 live
+runs, per state, in cache: bare JSON is 9.9 kB (12.6 kB at most), 18 us to write and
+67 us to read; in a zstd level-1 frame it is 3.3 kB (4.1 kB at most, under the 4 KiB
+target), 30 us and 48 us. zlib level 1 compressed the JSON to 3.6 kB (4.3 kB at most)
+for 47 us more per write; a hand-written binary encoding (8-byte fingerprints, each
+string once) gave 4.0 kB (5.9 kB at most) for 67 us per write.
 """
 
 from __future__ import annotations
