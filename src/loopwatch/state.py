@@ -20,8 +20,9 @@ the recent results), which compresses well. Measured on ``bench_guard``'s 1,000 
 runs, per state, in cache: bare JSON is 9.9 kB (12.6 kB at most), 18 us to write and
 67 us to read; in a zstd level-1 frame it is 3.3 kB (4.1 kB at most, under the 4 KiB
 target), 30 us and 48 us. zlib level 1 compressed the JSON to 3.6 kB (4.3 kB at most)
-for 47 us more per write; a hand-written binary encoding (8-byte fingerprints, each
-string once) gave 4.0 kB (5.9 kB at most) for 67 us per write.
+for 30 us more per write and 20 us more per read; a hand-written binary encoding
+(8-byte fingerprints, each string once) gave 4.0 kB (5.9 kB at most) for 67 us per
+write.
 """
 
 from __future__ import annotations
