@@ -227,3 +227,31 @@ def test_no_warn_or_stop_on_solved_corpus_runs() -> None:
                 flagged += 1
     assert solved > 100
     assert flagged == 0
+
+
+# -- the words the new-words test reads ------------------------------------------------
+_PUNCT = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
+
+
+# ASCII words and punctuation, the separators str.split counts as white space, and
+# letters whose lower case is ASCII (KELVIN SIGN) or longer (İ).
+_TEXT = st.lists(
+    st.sampled_from(["the", "The", "THE", "plan", "tests", "run", "a", "b", "c", "x1"])
+    | st.sampled_from([" ", "  ", "\n", "\t", "\x1c", "\x1f", "\x85", "\xa0", ".", "-", "_"])
+    | st.sampled_from(["\u212a", "İ", "é", "Ünïcode", "日本"])
+    | st.text(max_size=6),
+    max_size=120,
+).map("".join)
+
+
+@given(st.text() | st.text(alphabet=st.characters(max_codepoint=127)) | _TEXT)
+def test_word_splitting_matches_its_definition(text: str) -> None:
+    """The words the new-words test reads: lower-cased, ASCII punctuation to spaces,
+    whichever path text._spaced takes (one bytes.translate for ASCII text, str
+    methods otherwise)."""
+    from loopwatch.text import _spaced, plain_words, split_words
+
+    spaced = "".join(" " if c in _PUNCT else c for c in text.lower())
+    assert _spaced(text) == spaced
+    assert split_words(text) == spaced.split()
+    assert plain_words(text) == set(spaced.split())
