@@ -229,8 +229,25 @@ def test_no_warn_or_stop_on_solved_corpus_runs() -> None:
     assert flagged == 0
 
 
-# -- the words the new-words test reads ------------------------------------------------
+# -- the new-words test, against its definition -----------------------------------------
+# What _output_is_new must do, written the slow and obvious way: every word of the
+# output's start (lower-cased, ASCII punctuation to spaces, str.split), the distinct new
+# ones added to the vocabulary in order of first appearance, the oldest dropped past
+# 256, and the output new when enough of its distinct words were not known.
 _PUNCT = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
+
+
+def _reference_is_new(vocab: dict[str, int], text: str, min_new: int, ratio: float) -> bool:
+    words = "".join(" " if c in _PUNCT else c for c in text[:400].lower()).split()
+    if not words:
+        return False
+    distinct = list(dict.fromkeys(words))
+    fresh = [w for w in distinct if w not in vocab]
+    for w in fresh:
+        vocab[w] = 1
+    while len(vocab) > 256:
+        del vocab[next(iter(vocab))]
+    return len(fresh) >= min_new and len(fresh) >= ratio * len(distinct)
 
 
 # ASCII words and punctuation, the separators str.split counts as white space, and
@@ -255,3 +272,23 @@ def test_word_splitting_matches_its_definition(text: str) -> None:
     assert _spaced(text) == spaced
     assert split_words(text) == spaced.split()
     assert plain_words(text) == set(spaced.split())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    texts=st.lists(_TEXT, min_size=1, max_size=8),
+    min_new=st.integers(0, 5),
+    ratio=st.sampled_from([0.0, 0.2, 0.5, 1.0, 1.5, -0.5, float("inf"), float("nan")]),
+)
+def test_output_novelty_matches_its_definition(
+    texts: list[str], min_new: int, ratio: float
+) -> None:
+    from loopwatch.detectors.spend import SpendState
+
+    det = SpendVelocity(min_output_novelty=ratio, min_new_words=min_new)
+    state = SpendState()
+    state.vocab = {f"w{i}": 1 for i in range(250)}  # near full: the FIFO evicts
+    vocab = dict(state.vocab)
+    for text in texts:
+        assert det._output_is_new(state, text) == _reference_is_new(vocab, text, min_new, ratio)
+        assert list(state.vocab.items()) == list(vocab.items())

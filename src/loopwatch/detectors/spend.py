@@ -148,7 +148,12 @@ class SpendVelocity(Detector):
                 del vocab[w]
         if fresh < self.min_new_words:
             return False
-        return fresh >= self.min_output_novelty * len(set(words))
+        ratio = self.min_output_novelty
+        # The words are at least as many as the distinct ones: when the new words
+        # reach the ratio of all of them, the set (2 us) is not needed.
+        if fresh >= ratio * len(words):
+            return True
+        return fresh >= ratio * len(set(words))
 
     def observe(self, ctx: Context) -> Finding | None:
         ev = ctx.event
