@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Final
 
 from ..events import MODEL
 from ..findings import Finding, Severity
@@ -15,8 +16,8 @@ _FENCE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
 _STRUCTURED = re.compile(r"^\s*(?:\||[-*+>#]|\d+[.)]\s|[=_~-]{3,}).*$", re.MULTILINE)
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
 _WORD = re.compile(r"\S+")
-_MIN_UNIT = 20  # characters: "Done." repeated is not chanting
-_SHINGLE = 8  # words per shingle for text without sentence breaks
+_MIN_UNIT: Final = 20  # characters: "Done." repeated is not chanting
+_SHINGLE: Final = 8  # words per shingle for text without sentence breaks
 
 
 class Chanting(Detector):
@@ -63,10 +64,10 @@ class Chanting(Detector):
         )
 
 
-_PROBE = 24  # characters per probe window
+_PROBE: Final = 24  # characters per probe window
 
 
-_READ_CHARS = 65_536
+_READ_CHARS: Final = 65_536
 
 
 def _probe(text: str, repeats: int) -> bool:
@@ -76,10 +77,15 @@ def _probe(text: str, repeats: int) -> bool:
     at C speed, so this costs about a microsecond per kilobyte)."""
     n = len(text)
     need = max(2, repeats // 2)
-    step = max(1, (n - _PROBE) // 8)
-    for start in range(0, n - _PROBE, step):
+    end = n - _PROBE
+    step = max(1, end // 8)
+    # a while loop, not range() with a step known only at run time: mypyc compiles
+    # this one to C, that one to a Python range object and its iterator
+    start = 0
+    while start < end:
         if text.count(text[start : start + _PROBE]) >= need:
             return True
+        start += step
     return False
 
 

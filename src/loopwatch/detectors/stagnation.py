@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import final
+from typing import Final, final
 
 from ..events import MODEL, TOOL_CALL
 from ..findings import Finding, Severity
@@ -10,11 +10,11 @@ from ..state import KeyedState, Record
 from ..text import jaccard, plain_words
 from .base import Context, Detector, preview, severity_for, trim
 
-_AGENTS_MAX = 16
-_STEPS_MAX = 8
+_AGENTS_MAX: Final = 16
+_STEPS_MAX: Final = 8
 # Only the first characters of an output are compared: a restatement shows from its
 # start, and this bounds the cost per event and the state kept per agent.
-_COMPARE_CHARS = 1500
+_COMPARE_CHARS: Final = 1500
 
 
 def _same(a: str, b: str) -> bool:
