@@ -9,13 +9,16 @@ from .events import TOOL_CALL, Event
 from .findings import Action, Finding, Severity, Verdict
 from .state import RunState
 
-__all__ = ["NOT_RUN", "ON_LOOP_CHOICES", "OnLoop", "Policy", "Step"]
+__all__ = ["NOT_RUN", "ON_LOOP_CHOICES", "STOPPED", "OnLoop", "Policy", "Step"]
 
 OnLoop = Literal["stop", "skip", "warn"]
 ON_LOOP_CHOICES: Final = ("stop", "skip", "warn")
 # How a skipped call's answer starts; integrations answer with it alone when a
 # verdict carries no message.
 NOT_RUN: Final = "[loopwatch] This call was not executed."
+# What integrations end a run with when a stop's verdict carries no message (a stop's
+# own message is "[loopwatch] Run stopped: " and its reasons).
+STOPPED: Final = "[loopwatch] Run stopped."
 
 
 class Policy:

@@ -60,7 +60,7 @@ def word_set(text: str) -> set[str]:
 def plain_words(text: str) -> set[str]:
     """The distinct words of a text, lower-cased, ASCII punctuation dropped (str
     methods only: the fast path for long outputs)."""
-    return set(_spaced(text).split())
+    return set(split_words(text))
 
 
 def split_words(text: str) -> list[str]:

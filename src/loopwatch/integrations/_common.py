@@ -17,10 +17,11 @@ import orjson
 from ..extras import missing_extra
 from ..findings import Action, StoreUnavailable, Verdict
 from ..guard import Guard
-from ..policy import NOT_RUN
+from ..policy import NOT_RUN, STOPPED
 
 __all__ = [
     "NOT_RUN",
+    "STOPPED",
     "PendingWarnings",
     "StoppedRuns",
     "aobserve_queued",

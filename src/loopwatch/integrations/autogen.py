@@ -71,7 +71,7 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
 from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
-from ._common import NOT_RUN, PendingWarnings, aobserve_safely, content_text, make_guard
+from ._common import NOT_RUN, STOPPED, PendingWarnings, aobserve_safely, content_text, make_guard
 
 __all__ = ["LoopwatchAutogen", "LoopwatchModelClient", "LoopwatchTermination", "LoopwatchTool"]
 
@@ -299,9 +299,7 @@ class LoopwatchTermination(TerminationCondition):
             return None
         self._terminated = True
         owner.stopped = None  # the next run of the conversation starts afresh
-        return StopMessage(
-            content=verdict.message or "[loopwatch] Run stopped.", source="loopwatch"
-        )
+        return StopMessage(content=verdict.message or STOPPED, source="loopwatch")
 
     async def reset(self) -> None:
         self._terminated = False

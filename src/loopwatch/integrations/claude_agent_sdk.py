@@ -61,6 +61,7 @@ from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
 from ._common import (
     NOT_RUN,
+    STOPPED,
     PendingWarnings,
     StoppedRuns,
     aobserve_queued,
@@ -152,7 +153,7 @@ class LoopwatchHooks:
             if verdict.action is not Action.STOP:
                 return {}
             stopped = verdict
-        message = stopped.message or "[loopwatch] Run stopped."
+        message = stopped.message or STOPPED
         output = _deny(message)
         output["continue_"] = False
         output["stopReason"] = message
@@ -175,7 +176,7 @@ class LoopwatchHooks:
         }
         verdict = await self._observe(run, _with_agent(event, data))
         if verdict.action is Action.STOP:
-            message = verdict.message or "[loopwatch] Run stopped."
+            message = verdict.message or STOPPED
             return {"continue_": False, "stopReason": message}
         warnings = self.pending.take(run)
         if not warnings:

@@ -69,6 +69,7 @@ from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
 from ._common import (
     NOT_RUN,
+    STOPPED,
     PendingWarnings,
     StoppedRuns,
     content_text,
@@ -80,7 +81,6 @@ from ._common import (
 
 __all__ = ["LoopStopped", "LoopwatchCrewAI"]
 
-STOPPED: Final = "[loopwatch] Run stopped."
 _MAX: Final = 10_000
 
 

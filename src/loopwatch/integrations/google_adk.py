@@ -52,7 +52,7 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
 from ..findings import Action, Verdict
 from ..guard import Guard
-from ._common import NOT_RUN, PendingWarnings, aobserve_queued, content_text, make_guard
+from ._common import NOT_RUN, STOPPED, PendingWarnings, aobserve_queued, content_text, make_guard
 
 __all__ = ["STOP_KEY", "LoopwatchPlugin"]
 
@@ -137,7 +137,7 @@ class LoopwatchPlugin(BasePlugin):
         if verdict.action is not Action.STOP:
             return None
         # End the run: a final answer in place of the response (its calls do not run).
-        message = verdict.message or "[loopwatch] Run stopped."
+        message = verdict.message or STOPPED
         callback_context.state[STOP_KEY] = message
         return LlmResponse(
             content=types.Content(role="model", parts=[types.Part(text=message)]),
@@ -211,7 +211,7 @@ def _result_event(
 
 def _stop(tool_context: ToolContext, verdict: Verdict) -> str:
     """End the run after this call: its function response is the final event."""
-    message = verdict.message or "[loopwatch] Run stopped."
+    message = verdict.message or STOPPED
     tool_context.state[STOP_KEY] = message
     tool_context.actions.skip_summarization = True
     return message

@@ -50,6 +50,7 @@ from ..findings import Action, Verdict
 from ..guard import Guard
 from ._common import (
     NOT_RUN,
+    STOPPED,
     PendingWarnings,
     aobserve_safely,
     content_text,
@@ -118,7 +119,7 @@ def _stop_of(message: Any) -> str | None:
     meta = getattr(message, "response_metadata", None)
     mark = meta.get(_MARK) if isinstance(meta, dict) else None
     if isinstance(mark, dict) and mark.get("action") == Action.STOP.value:
-        return str(mark.get("message") or "[loopwatch] Run stopped.")
+        return str(mark.get("message") or STOPPED)
     return None
 
 
@@ -230,7 +231,7 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
         if verdict.action is not Action.STOP:
             return None
         self.pending.discard(run)
-        text = verdict.message or "[loopwatch] Run stopped."
+        text = verdict.message or STOPPED
         answers: list[AnyMessage] = [
             ToolMessage(
                 content=text,

@@ -73,6 +73,7 @@ from ..findings import Action, LoopDetected, Verdict
 from ..guard import Guard
 from ._common import (
     NOT_RUN,
+    STOPPED,
     PendingWarnings,
     StoppedRuns,
     aobserve_queued,
@@ -149,7 +150,7 @@ class LoopwatchHooks(HookProvider):
         verdict = self._stopped.get(run.run_id)
         if verdict is None:
             return None
-        return verdict.message or "[loopwatch] Run stopped."
+        return verdict.message or STOPPED
 
     # -- invocations: user turns, delegation --------------------------------------------
     async def _before_invocation(self, event: BeforeInvocationEvent) -> None:
@@ -285,7 +286,7 @@ class LoopwatchHooks(HookProvider):
         if verdict.action is Action.SKIP:
             event.cancel_tool = verdict.message or NOT_RUN
         elif verdict.action is Action.STOP:
-            event.cancel_tool = verdict.message or "[loopwatch] Run stopped."
+            event.cancel_tool = verdict.message or STOPPED
 
     async def _after_tool_call(self, event: AfterToolCallEvent) -> None:
         run = self._run(event.invocation_state)
