@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from loopwatch import Config, Guard
+from loopwatch.state import RunState
 from loopwatch.stores import MemoryStore
 
 SEARCH = {"kind": "tool_call", "name": "search", "args": {"q": "x"}}
@@ -58,7 +59,7 @@ def test_no_ttl_means_runs_never_expire() -> None:
     store = MemoryStore(max_runs=5, ttl_seconds=None)
     now = [0.0]
     store._clock = lambda: now[0]
-    store.apply("a", lambda s: None, dict)
+    store.apply("a", lambda s: None, RunState)
     now[0] += 10**9
     assert store.get("a") is not None and len(store) == 1
 
@@ -90,6 +91,16 @@ def test_a_run_id_that_is_not_a_string_is_a_caller_mistake(
         verdict = guard.observe(None, SEARCH)  # type: ignore[arg-type]
     assert verdict.extra.get("caller_error") is True and "run_id" in verdict.extra["error"]
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
+
+
+def test_a_whole_number_run_id_is_the_run_of_its_decimal_string(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    guard = Guard(Config())
+    with caplog.at_level(logging.WARNING, logger="loopwatch"):
+        steps = [guard.observe(7, SEARCH).step, guard.observe("7", SEARCH).step]
+    assert steps == [0, 1] and not caplog.records  # one run, no error logged
+    assert guard.state("7") is not None
 
 
 def test_an_unknown_kind_is_counted_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:

@@ -636,7 +636,7 @@ class Event:
         cost = get("cost")
         # positional: the hot path of every observed event (keywords cost more to
         # pass, most of all to the compiled constructor)
-        return cls(
+        return Event(
             kind if isinstance(kind, str) else "",
             None if name is None else str(name),
             get("args"),

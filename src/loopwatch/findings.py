@@ -71,7 +71,7 @@ class Verdict:
     it as read-only.
     """
 
-    __slots__ = ("action", "extra", "findings", "message", "state_available", "step")
+    __slots__ = ("_extra", "action", "findings", "message", "state_available", "step")
 
     def __init__(
         self,
@@ -87,7 +87,16 @@ class Verdict:
         self.findings = findings
         self.message = message
         self.state_available = state_available
-        self.extra: dict[str, Any] = {} if extra is None else extra
+        self._extra = extra
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """What this answer adds (empty for most): made on first use, because most
+        verdicts are never asked and a dict per observed event costs 50 ns."""
+        extra = self._extra
+        if extra is None:
+            extra = self._extra = {}
+        return extra
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Verdict) and _verdict_fields(self) == _verdict_fields(other)

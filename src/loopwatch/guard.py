@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, overload
+
+from mypy_extensions import mypyc_attr
 
 from .config import Config
 from .detectors import Detector
@@ -31,12 +33,21 @@ __all__ = ["CallerError", "Guard"]
 log = logging.getLogger("loopwatch")
 
 
+def _run_key(run_id: object) -> str:
+    """The run id as the stores key it (checked by ``Guard._event`` first): a whole
+    number is accepted and keyed as its decimal string, as the shared stores key it."""
+    return run_id if type(run_id) is str else str(run_id)
+
+
 class CallerError(ValueError):
     """The guard was called wrongly (no event, an event that is not a mapping, a
     run id that is not a string): the caller's mistake, told apart from a bug in
     loopwatch so that the log says which of the two needs fixing."""
 
 
+# Compiled with the hot path (observe runs on every step), and open to subclasses
+# written in Python (integrations and users wrap it).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Guard:
     """Per-run loop detection for live agents; thread- and asyncio-safe.
 
@@ -53,7 +64,9 @@ class Guard:
         config: Config | None = None,
         *,
         detectors: Iterable[Detector] | None = None,
-        store: Store | str | None = None,
+        # Store | str | None: Any so that the compiled build does not refuse another
+        # type before the configuration refuses it with a message naming the key
+        store: Any = None,
         **options: Any,
     ) -> None:
         cfg = config if config is not None else Config.load()
@@ -84,32 +97,45 @@ class Guard:
         self._mistakes_logged: set[str] = set()
 
     # -- the hot path -----------------------------------------------------------------
-    def observe(self, run_id: str, event: Event | Mapping[str, Any]) -> Verdict:
+    # The overloads are the public signature; the implementations take ``object``
+    # because the compiled build checks an annotated argument's type before the body
+    # runs, and a wrong one must get the caller-mistake answer below, not a TypeError.
+    @overload
+    def observe(self, run_id: str, event: Event) -> Verdict: ...
+    @overload
+    def observe(self, run_id: str, event: Mapping[str, Any]) -> Verdict: ...
+    def observe(self, run_id: object, event: object) -> Verdict:
         """Observe one event of a run and return what the agent loop should do."""
         try:
             ev = self._event(run_id, event)
-            verdict = self.store.apply(run_id, self._stepper(ev), new_state)
-        except CallerError as exc:
-            return self._caller_error(exc)
-        except StoreUnavailable as exc:
-            return self._store_failed(exc)
-        except Exception as exc:  # a loopwatch bug: see _internal_error
-            return self._internal_error(exc)
+            verdict = self.store.apply(_run_key(run_id), self._stepper(ev), new_state)
+        # one name per exception type: the compiled build gives a name one type
+        except CallerError as mistake:
+            return self._caller_error(mistake)
+        except StoreUnavailable as outage:
+            return self._store_failed(outage)
+        except Exception as bug:  # a loopwatch bug: see _internal_error
+            return self._internal_error(bug)
         if self._outage:
             self._recovered()
         return verdict
 
-    async def aobserve(self, run_id: str, event: Event | Mapping[str, Any]) -> Verdict:
+    @overload
+    async def aobserve(self, run_id: str, event: Event) -> Verdict: ...
+    @overload
+    async def aobserve(self, run_id: str, event: Mapping[str, Any]) -> Verdict: ...
+    async def aobserve(self, run_id: object, event: object) -> Verdict:
         """Async :meth:`observe` (uses the store's async path)."""
         try:
             ev = self._event(run_id, event)
-            verdict = await self.store.aapply(run_id, self._stepper(ev), new_state)
-        except CallerError as exc:
-            return self._caller_error(exc)
-        except StoreUnavailable as exc:
-            return self._store_failed(exc)
-        except Exception as exc:  # a loopwatch bug: see _internal_error
-            return self._internal_error(exc)
+            verdict = await self.store.aapply(_run_key(run_id), self._stepper(ev), new_state)
+        # one name per exception type: the compiled build gives a name one type
+        except CallerError as mistake:
+            return self._caller_error(mistake)
+        except StoreUnavailable as outage:
+            return self._store_failed(outage)
+        except Exception as bug:  # a loopwatch bug: see _internal_error
+            return self._internal_error(bug)
         self._recovered()
         return verdict
 

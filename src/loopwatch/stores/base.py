@@ -6,6 +6,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from ..state import RunState
 
 __all__ = ["State", "Store"]
@@ -14,6 +16,9 @@ State = RunState
 T = TypeVar("T")
 
 
+# Compiled with the hot path (the memory store is on every observed step), and open to
+# the stores written in Python: Redis, SQLite, a user's own.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Store(ABC):
     """Holds one run state per run id and applies updates to it atomically.
 

@@ -40,7 +40,9 @@ class MemoryStore(Store):
         opts.update(options)
         return cls(**opts)
 
-    def __init__(self, max_runs: int = 10_000, ttl_seconds: float | None = 3600.0) -> None:
+    # The parameters are checked here, not by their annotations: a compiled signature
+    # would refuse a wrong type with a bare TypeError instead of the message below.
+    def __init__(self, max_runs: Any = 10_000, ttl_seconds: Any = 3600.0) -> None:
         if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
             raise ValueError(f"max_runs must be a whole number >= 1, not {max_runs!r}")
         if ttl_seconds is not None and (
@@ -52,8 +54,8 @@ class MemoryStore(Store):
                 f"ttl_seconds must be a number of seconds > 0 (or None: never expire), "
                 f"not {ttl_seconds!r}; 0 would expire every run at once and guard nothing"
             )
-        self.max_runs = max_runs
-        self.ttl_seconds = ttl_seconds
+        self.max_runs: int = max_runs
+        self.ttl_seconds: float | None = None if ttl_seconds is None else float(ttl_seconds)
         self._runs: OrderedDict[str, tuple[float, State]] = OrderedDict()
         self._lock = threading.Lock()
         self._clock = time.monotonic
