@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from loopwatch import Event
@@ -187,6 +187,24 @@ _CHARS = st.text(alphabet='0123456789abcdefABCDEFxyzKkSsIiTZ_-:."+ {}İıſKé',
 @given(st.lists(_PIECES | _CHARS, max_size=14).map("".join))
 def test_the_fast_volatile_pattern_masks_what_the_case_insensitive_one_does(text: str) -> None:
     assert mask_volatile(text) == _VOLATILE_SPEC.sub("#", text)
+
+
+_NO_DIGIT_IDS = st.tuples(
+    st.sampled_from(
+        ["req", "REQUEST", "\u017fpan", "Msg", "call", "run", "toolu", "x", "deadbeef"]
+    ),
+    st.sampled_from(["_", "-", ""]),
+    st.text(alphabet="abcdefXYZ-_\u017f\u212a", min_size=4, max_size=30),
+).map("".join)
+
+
+@given(st.lists(_PIECES | _CHARS | _NO_DIGIT_IDS, max_size=14).map("".join))
+@example("req_abcdefgh deadbeef-dead-beef-dead-beefdeadbeef \u017fpan-abcdefg")
+def test_a_token_the_prefilter_skips_has_nothing_to_mask(text: str) -> None:
+    from loopwatch.events import _masked
+
+    for tok in text.split():
+        assert _masked([tok]) == [mask_volatile(tok)]  # skipped or not, the same tokens
 
 
 def test_the_fast_volatile_pattern_on_real_ids() -> None:
