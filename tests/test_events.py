@@ -199,7 +199,8 @@ _NO_DIGIT_IDS = st.tuples(
 
 
 @given(st.lists(_PIECES | _CHARS | _NO_DIGIT_IDS, max_size=14).map("".join))
-@example("req_abcdefgh deadbeef-dead-beef-dead-beefdeadbeef \u017fpan-abcdefg")
+@example("req_abcdefgh deadbeef-dead-beef-dead-beefdeadbeef \u017fpan-abcdefg REQUEST-abcdef")
+@example('10:00:07 2024-01-02 deadbeefcafe12345678 {"id":"abcdef"} "D681PevKs" x_ab12cd34ef')
 def test_a_token_the_prefilter_skips_has_nothing_to_mask(text: str) -> None:
     from loopwatch.events import _masked
 
