@@ -181,7 +181,7 @@ _PIECES = st.sampled_from(
         *(":", '"', " ", "\n"),
     ]
 )
-_CHARS = st.text(alphabet='0123456789abcdefABCDEFxyzKkSsIiTZ_-:."+ {}İıſKé', max_size=12)
+_CHARS = st.text(alphabet='0123456789abcdefABCDEFxyzKkSsIiTZ_-:."+ {}/İıſKé', max_size=12)
 
 
 @given(st.lists(_PIECES | _CHARS, max_size=14).map("".join))
@@ -201,6 +201,7 @@ _NO_DIGIT_IDS = st.tuples(
 @given(st.lists(_PIECES | _CHARS | _NO_DIGIT_IDS, max_size=14).map("".join))
 @example("req_abcdefgh deadbeef-dead-beef-dead-beefdeadbeef \u017fpan-abcdefg REQUEST-abcdef")
 @example('10:00:07 2024-01-02 deadbeefcafe12345678 {"id":"abcdef"} "D681PevKs" x_ab12cd34ef')
+@example("logs/2024-01-02/req_abcdefgh.txt a/deadbeefcafe12345678/b src/m3_test.py/")
 def test_a_token_the_prefilter_skips_has_nothing_to_mask(text: str) -> None:
     from loopwatch.events import _masked
 
