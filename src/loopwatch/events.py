@@ -214,8 +214,10 @@ def _may_hold_volatile(tok: str) -> bool:
         return True
     dash = "-" in tok
     underscore = "_" in tok
+    if not (dash or underscore or '"' in tok or ":" in tok or len(tok) >= 16):
+        return False  # both cases below need one of these: no search needed
     if _DIGIT.search(tok) is not None:
-        return dash or underscore or '"' in tok or ":" in tok or len(tok) >= 16
+        return True
     if dash and len(tok) >= 36:
         return True
     # casefold: the pattern's prefixes are case-insensitive, and the one non-ASCII
