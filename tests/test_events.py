@@ -209,6 +209,21 @@ def test_a_token_the_prefilter_skips_has_nothing_to_mask(text: str) -> None:
         assert _masked([tok]) == [mask_volatile(tok)]  # skipped or not, the same tokens
 
 
+@given(
+    st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=60)
+    | st.lists(_PIECES | _CHARS | st.sampled_from(["The", "in", "PARIS", "a_b", "İs"])).map(
+        " ".join
+    )
+    | st.text(max_size=30)
+)
+def test_normalised_text_is_the_sorted_regex_words_without_stop_words(text: str) -> None:
+    from loopwatch.events import _STOPWORDS, fold_and_mask
+
+    folded = fold_and_mask(text) if len(text) >= 8 else text
+    words = sorted(w for w in re.findall(r"[^\W_]+", folded.lower()) if w not in _STOPWORDS)
+    assert normalise_text(text) == " ".join(words)
+
+
 def test_the_fast_volatile_pattern_on_real_ids() -> None:
     samples = [
         "id 9f1c2b7e-4a3d-4e5f-8a9b-0c1d2e3f4a5b at 2024-05-01T10:20:30.123Z took",
