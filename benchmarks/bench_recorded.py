@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from loopwatch import Config, Guard  # noqa: E402
-from loopwatch._build import describe  # noqa: E402
-from loopwatch.traces import InputError, read_runs  # noqa: E402
+from loopwatch import Config, Guard
+from loopwatch._build import describe
+from loopwatch.traces import InputError, read_runs
 
 
 def main() -> None:

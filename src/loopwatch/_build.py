@@ -31,6 +31,7 @@ COMPILED: tuple[str, ...] = (
     "loopwatch.text",
     "loopwatch.state",
     "loopwatch.engine",
+    "loopwatch.findings",
     "loopwatch.policy",
     "loopwatch.stores.base",
     "loopwatch.stores.memory",

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 __all__ = ["Action", "Finding", "LoopDetected", "Severity", "StoreUnavailable", "Verdict"]
 
 
@@ -46,6 +48,15 @@ class Finding:
     steps: tuple[int, ...]
     message: str
     pattern: str = ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt through the constructor: reports carrying findings are pickled
+        # between processes (scan --jobs, dask), and the compiled build's default
+        # would set the fields of a frozen instance one by one, which it refuses.
+        return (
+            Finding,
+            (self.detector, self.severity, self.step, self.steps, self.message, self.pattern),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +109,21 @@ class Verdict:
             extra = self._extra = {}
         return extra
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt through the constructor in both builds (a compiled class is not
+        # made without its arguments).
+        return (
+            Verdict,
+            (
+                self.action,
+                self.step,
+                self.findings,
+                self.message,
+                self.state_available,
+                self._extra,
+            ),
+        )
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Verdict) and _verdict_fields(self) == _verdict_fields(other)
 
@@ -123,6 +149,9 @@ class Verdict:
         return self.action is Action.SKIP
 
 
+# The exceptions stay Python classes in the compiled build (mypyc compiles no subclass
+# of RuntimeError), as users catch and subclass them.
+@mypyc_attr(native_class=False)
 class LoopDetected(RuntimeError):
     """Raised by integrations when the guard says stop; carries the verdict."""
 
@@ -131,6 +160,7 @@ class LoopDetected(RuntimeError):
         super().__init__(verdict.message or "loop detected")
 
 
+@mypyc_attr(native_class=False)
 class StoreUnavailable(RuntimeError):
     """The guard's state store could not be reached and ``on_store_error="raise"``."""
 
