@@ -57,3 +57,40 @@ def test_verdicts_and_findings_survive_pickling_and_copying() -> None:
     assert pickle.loads(pickle.dumps(finding)) == finding
     assert Verdict(Action.OK, 1) != Verdict(Action.OK, 2)
     assert Verdict(Action.OK, 1).extra == {} and Verdict(Action.OK, 1).findings == ()
+
+
+def test_the_exceptions_can_be_subclassed_with_other_bases() -> None:
+    """Integrations and users subclass ``LoopDetected``, also with a framework's own
+    exception as a second base (CrewAI's ``HookAborted``): the subclass is built through
+    ``LoopDetected.__init__`` and carries the verdict. A class from a compiled module
+    refused such an instance as ``self`` (a CrewAI stop that never raised)."""
+    import pickle
+
+    from loopwatch import Action, LoopDetected, StoreUnavailable, Verdict
+
+    class FrameworkAbort(Exception):
+        def __init__(self, reason: str) -> None:
+            super().__init__(reason)
+            self.reason = reason
+
+    class Plain(LoopDetected):
+        pass
+
+    class Both(LoopDetected, FrameworkAbort):
+        def __init__(self, verdict: Verdict) -> None:
+            LoopDetected.__init__(self, verdict)
+            self.reason = str(self)
+
+    verdict = Verdict(Action.STOP, 4, (), "[loopwatch] Run stopped: the same call", True)
+    for cls in (LoopDetected, Plain, Both):
+        error = cls(verdict)
+        assert error.verdict is verdict and str(error) == verdict.message, cls
+        assert isinstance(error, RuntimeError)
+    assert isinstance(Both(verdict), FrameworkAbort) and Both(verdict).reason == verdict.message
+    assert str(Plain(Verdict(Action.STOP, 1))) == "loop detected"
+    assert pickle.loads(pickle.dumps(StoreUnavailable("down"))).args == ("down",)
+
+    class Mine(StoreUnavailable, OSError):
+        pass
+
+    assert str(Mine("down")) == "down"

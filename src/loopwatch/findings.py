@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from mypy_extensions import mypyc_attr
+from .errors import LoopDetected, StoreUnavailable
 
 __all__ = ["Action", "Finding", "LoopDetected", "Severity", "StoreUnavailable", "Verdict"]
 
@@ -147,22 +147,6 @@ class Verdict:
     @property
     def should_skip(self) -> bool:
         return self.action is Action.SKIP
-
-
-# The exceptions stay Python classes in the compiled build (mypyc compiles no subclass
-# of RuntimeError), as users catch and subclass them.
-@mypyc_attr(native_class=False)
-class LoopDetected(RuntimeError):
-    """Raised by integrations when the guard says stop; carries the verdict."""
-
-    def __init__(self, verdict: Verdict) -> None:
-        self.verdict = verdict
-        super().__init__(verdict.message or "loop detected")
-
-
-@mypyc_attr(native_class=False)
-class StoreUnavailable(RuntimeError):
-    """The guard's state store could not be reached and ``on_store_error="raise"``."""
 
 
 def _verdict_fields(v: Verdict) -> tuple[Any, ...]:
