@@ -40,6 +40,8 @@ def new_state() -> RunState:
 
 # A plain Python class even when compiled (its methods are still compiled): callers
 # and tests may replace ``engine.step`` on an instance, which a native class forbids.
+# Not a base class: in the compiled build its methods refuse a subclass's instance as
+# ``self`` (why the exceptions live in errors.py, which is never compiled).
 @mypyc_attr(native_class=False)
 class Engine:
     """Runs a set of detectors over one run's events, step by step."""
