@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 from runs import Events, model, run, tool
 
 from loopwatch import (
@@ -246,6 +249,28 @@ def test_chanting_ignores_code_tables_and_lists() -> None:
     bullets = "\n".join("- the same bullet point text here" for _ in range(30))
     for text in (code, table, bullets):
         assert firsts(only(Chanting(), [model(text)])) == (None, None)
+
+
+# The splits chanting made with regexes, which it now makes with str methods.
+_SENTENCE_SPEC = re.compile(r"(?<=[.!?;])\s+|\n+")
+_FENCE_SPEC = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
+_PROSE = st.lists(
+    st.sampled_from(["Done", "the same", "x", ".", "!", "?", ";", ",", "`", "```", "-", "İ"])
+    | st.sampled_from([" ", "  ", "\n", "\n\n", "\t", "\r\n", "\x0b", "\x1c", "\x85", "\u2028"])
+    | st.text(max_size=6),
+    max_size=30,
+).map("".join)
+
+
+@given(_PROSE)
+@example("One. Two!\nThree?  Four; five;\n\n  six. ```x. y```z. ```open. end")
+@example("````x``` tail ``` ``` end")
+def test_chanting_splits_sentences_and_fences_as_its_regexes_did(text: str) -> None:
+    from loopwatch.detectors.chanting import _sentences, _without_fences
+
+    assert _without_fences(text) == _FENCE_SPEC.sub("", text)
+    folded = [" ".join(u.lower().split()) for u in _SENTENCE_SPEC.split(text)]
+    assert _sentences(text) == [u for u in folded if u]
 
 
 # -- recursion ------------------------------------------------------------------------
