@@ -197,11 +197,10 @@ def _mask_tokens(text: str) -> str:
 def _masked(tokens: list[str]) -> list[str]:
     """The tokens with their volatile values masked (in place; returned)."""
     for i, tok in enumerate(tokens):
-        if (
-            len(tok) >= 8
-            and (not _SCAN_CHARACTERS or not tok.isascii() or _may_hold_by_class(tok))
-            and _may_hold_volatile(tok)
-        ):
+        if len(tok) < 8:
+            continue
+        by_class = _SCAN_CHARACTERS and tok.isascii()
+        if _may_hold_by_class(tok) if by_class else _may_hold_volatile(tok):
             tokens[i] = _mask_token(tok)
     return tokens
 
@@ -232,13 +231,13 @@ _PREFIX_ENDS: Final = frozenset(ord(p[-1]) for p in _ID_PREFIXES)
 
 
 def _may_hold_by_class(tok: str) -> bool:
-    """False when :func:`_may_hold_volatile` is False for an ASCII token, found by
-    the classes of its characters in one pass (the compiled build: ``ord(tok[i])``
-    compiles to a read of the string's buffer). A real tool result has about 80
-    tokens, a third of them 8+ characters long, and testing those as Python strings
-    (``isalpha``, five ``in`` tests, case folding and a regex for the id prefixes)
-    cost 0.2-0.7 us each; the tokens left go to :func:`_may_hold_volatile`, which
-    decides. The pure-Python build keeps the string tests, faster there."""
+    """:func:`_may_hold_volatile` of an ASCII token of 8+ characters, by the same
+    steps on the classes of its characters, found in one pass (the compiled build:
+    ``ord(tok[i])`` compiles to a read of the string's buffer). A real tool result
+    has about 80 tokens, a third of them 8+ characters long, and testing those as
+    Python strings (``isalpha``, five ``in`` tests, case folding and a regex for the
+    id prefixes) cost 0.2-0.7 us each. The pure-Python build keeps the string
+    tests, faster there; tests/test_events.py holds the two to the same answers."""
     classes = _ASCII_CLASS
     n: i64 = len(tok)
     flags: i64 = 0
@@ -246,8 +245,8 @@ def _may_hold_by_class(tok: str) -> bool:
     while i < n:
         flags |= classes[ord(tok[i])]
         i += 1
-    if flags & (_QUOTE | _COLON) == _QUOTE | _COLON:
-        return True  # may hold '":"': the string test decides
+    if flags & (_QUOTE | _COLON) == _QUOTE | _COLON and '":"' in tok:
+        return True
     if not flags & _SEPARATORS and n < 16:
         return False
     if flags & _DIGIT_BIT:
