@@ -197,12 +197,17 @@ def _mask_tokens(text: str) -> str:
 def _masked(tokens: list[str]) -> list[str]:
     """The tokens with their volatile values masked (in place; returned)."""
     for i, tok in enumerate(tokens):
-        if len(tok) < 8:
-            continue
-        by_class = _SCAN_CHARACTERS and tok.isascii()
-        if _may_hold_by_class(tok) if by_class else _may_hold_volatile(tok):
+        if len(tok) >= 8 and _may_hold(tok):
             tokens[i] = _mask_token(tok)
     return tokens
+
+
+def _may_hold(tok: str) -> bool:
+    """:func:`_may_hold_volatile`, by the classes of the characters where that is
+    faster (an ASCII token, in the compiled build)."""
+    if _SCAN_CHARACTERS and tok.isascii():
+        return _may_hold_by_class(tok)
+    return _may_hold_volatile(tok)
 
 
 # Character classes of ASCII, as bit flags: what _may_hold_volatile asks of a token.
@@ -231,15 +236,17 @@ _PREFIX_ENDS: Final = frozenset(ord(p[-1]) for p in _ID_PREFIXES)
 
 
 def _may_hold_by_class(tok: str) -> bool:
-    """:func:`_may_hold_volatile` of an ASCII token of 8+ characters, by the same
-    steps on the classes of its characters, found in one pass (the compiled build:
-    ``ord(tok[i])`` compiles to a read of the string's buffer). A real tool result
-    has about 80 tokens, a third of them 8+ characters long, and testing those as
-    Python strings (``isalpha``, five ``in`` tests, case folding and a regex for the
-    id prefixes) cost 0.2-0.7 us each. The pure-Python build keeps the string
-    tests, faster there; tests/test_events.py holds the two to the same answers."""
-    classes = _ASCII_CLASS
+    """:func:`_may_hold_volatile` of an ASCII token, by the same steps on the classes
+    of its characters, found in one pass (the compiled build: ``ord(tok[i])``
+    compiles to a read of the string's buffer). A real tool result has about 80
+    tokens, a third of them 8+ characters long, and testing those as Python strings
+    (``isalpha``, five ``in`` tests, case folding and a regex for the id prefixes)
+    cost 0.2-0.7 us each. The pure-Python build keeps the string tests, faster
+    there; tests/test_events.py holds the two to the same answers."""
     n: i64 = len(tok)
+    if n < 8:
+        return False
+    classes = _ASCII_CLASS
     flags: i64 = 0
     i: i64 = 0
     while i < n:
@@ -303,7 +310,7 @@ def _mask_token(tok: str) -> str:
         return _VOLATILE.sub("#", tok)
     parts = tok.split("/")
     for j, part in enumerate(parts):
-        if _may_hold_volatile(part):
+        if _may_hold(part):
             parts[j] = _VOLATILE.sub("#", part)
     return "/".join(parts)
 
