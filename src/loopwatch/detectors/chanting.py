@@ -139,10 +139,10 @@ def _without_fences(text: str) -> str:
     end = 0
     while start >= 0:
         kept.append(text[end:start])
-        close = text.find(_FENCE, start + 3)
+        close = text.find(_FENCE, start + len(_FENCE))
         if close < 0:
             return "".join(kept)
-        end = close + 3
+        end = close + len(_FENCE)
         start = text.find(_FENCE, end)
     kept.append(text[end:])
     return "".join(kept)
