@@ -38,14 +38,26 @@ def firsts(report: Report) -> tuple[int | None, int | None]:
 
 
 # -- repeated call --------------------------------------------------------------------
-def test_repeated_call_warns_at_third_and_stops_at_fifth_identical_call() -> None:
+def test_repeated_call_stops_the_third_identical_call_after_two_same_results() -> None:
     events: Events = []
     for _ in range(6):
         events += tool("search", {"q": "x"}, "same")
     report = only(RepeatedCall(), events)
-    assert firsts(report) == (4, 8)  # calls are at 0, 2, 4, 6, 8, 10
+    assert firsts(report) == (4, 4)  # calls are at 0, 2, 4, 6, 8, 10
+    assert report.findings[0].severity.value == "stop"
     assert report.findings[0].steps == (0, 1, 2, 3, 4)
     assert "search" in report.findings[0].message and "3 times" in report.findings[0].message
+    # two identical calls are a retry, not yet a loop
+    assert firsts(only(RepeatedCall(), events[:4])) == (None, None)
+
+
+def test_the_same_error_each_time_is_named_in_the_message() -> None:
+    events: Events = []
+    for _ in range(3):
+        events += tool("book", {"id": 1}, "Error: payment does not add up")  # no error flag
+    report = only(RepeatedCall(), events)
+    assert firsts(report) == (4, 4)
+    assert "the same error each time" in report.findings[0].message
 
 
 def test_repeated_call_with_changing_results_is_progress() -> None:
@@ -68,7 +80,7 @@ def test_failed_new_calls_are_not_progress() -> None:
     for i in range(5):
         events += tool("load", {"path": "data"}, "loaded 100 rows")
         events += tool("analyse", {"attempt": i}, f"Traceback: error {i}", error=True)
-    assert firsts(only(RepeatedCall(), events)) == (8, 16)  # the 3rd and 5th load
+    assert firsts(only(RepeatedCall(), events)) == (8, 8)  # the 3rd load
 
 
 def test_restarting_from_the_same_step_is_caught_in_the_window() -> None:
@@ -96,9 +108,11 @@ def test_near_identical_long_results_count_as_the_same() -> None:
     assert firsts(only(RepeatedCall(), short)) == (None, None)
 
 
-def test_repeated_call_without_results_counts_as_no_new_information() -> None:
+def test_repeated_call_without_results_warns_but_needs_two_results_to_stop() -> None:
+    # calls proposed and never run (a group chat's code blocks): certain repeats, no
+    # evidence that the outcome is the same
     events = [{"kind": "tool_call", "name": "search", "args": {"q": "x"}} for _ in range(5)]
-    assert firsts(only(RepeatedCall(), events)) == (2, 4)
+    assert firsts(only(RepeatedCall(), events)) == (2, None)
 
 
 def test_repeated_call_thresholds_are_configurable() -> None:

@@ -16,10 +16,19 @@ from typing import Final
 from mypy_extensions import mypyc_attr
 
 from .detectors.base import Context, Detector
-from .events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER, Event
+from .events import (
+    KINDS,
+    MODEL,
+    TOOL_CALL,
+    TOOL_RESULT,
+    USER,
+    Event,
+    is_reflection,
+    reflection_tool,
+)
 from .findings import Finding, Severity
 from .state import CallRecord, RunState
-from .text import preview
+from .text import args_text, fingerprint, negative, preview, specifics
 
 __all__ = ["CALL_WINDOW", "Engine", "new_state"]
 
@@ -64,6 +73,13 @@ class Engine:
                 by_kind.setdefault(kind, []).append(det)
         self._by_kind = {k: tuple(v) for k, v in by_kind.items()}
 
+    def _quiet(self, event: Event) -> bool:
+        """Whether a call is invisible to the detectors: a tool the user exempted, or
+        one that only thinks or plans (:func:`~loopwatch.events.is_reflection`)."""
+        if self.exempt_tools and event.name in self.exempt_tools:
+            return True
+        return is_reflection(event.name, event.args)
+
     def step(self, state: RunState, event: Event) -> list[Finding]:
         """Observe one event; return the findings to report for it (warnings deduplicated).
 
@@ -74,7 +90,19 @@ class Engine:
         state.n = step + 1
         kind = event.kind
         call = None
-        if kind == MODEL:
+        if kind == TOOL_CALL and self._quiet(event):
+            # Exempt or a reflection: no detector sees the call as an action, and its
+            # result is dropped too. A reflection's words are the model's own, so the
+            # detectors of model output read them as one.
+            if event.id is not None:
+                state.pending[event.id] = -1
+            else:
+                state.quiet = event.name or ""
+            if self.exempt_tools and event.name in self.exempt_tools:
+                return []
+            event = Event(MODEL, None, None, args_text(event.args), agent=event.agent)
+            kind = MODEL
+        elif kind == MODEL:
             # One model turn may issue several calls at once (a parallel batch): they
             # are one decision, so detectors count them as one attempt. In a trace
             # with no model events at all, every call is its own turn.
@@ -83,26 +111,27 @@ class Engine:
         elif kind == TOOL_CALL and not state.talks:
             state.turn += 1
         elif kind == USER:
-            # A user turn is new input: calls after it start new streaks, and the
-            # call-pattern detectors look only at the calls of the current turn
-            # (Context.turn_calls). A chat that looks a thing up once per user turn
-            # is not a loop; a loop inside one turn, and a user who has to repeat
-            # themselves (futility), still are.
-            state.epoch += 1
+            # A user turn is new input for the call patterns: calls after it start
+            # new turns (Context.turn_calls), so a chat that looks a thing up once
+            # per user request is not a loop. Whether it brings *information* is a
+            # separate question (RunState.news_step): a user who defers, restates
+            # or says "anything else?" does not make a failing call new again.
             state.user_step = step
+            if _brings_news(state, event):
+                state.news_step = step
         if kind == TOOL_CALL:
-            if self.exempt_tools and event.name in self.exempt_tools:
-                if event.id is not None:
-                    state.pending[event.id] = -1  # its result is exempt too
-                return []
             call = _record_call(state, event, step)
         elif kind == TOOL_RESULT:
-            if self.exempt_tools and (
-                event.name in self.exempt_tools
-                or (event.id is not None and state.pending.get(event.id) == -1)
-            ):
-                if event.id is not None:
+            if event.id is not None:
+                if state.pending.get(event.id) == -1:
                     state.pending.pop(event.id, None)
+                    return []
+            elif state.quiet is not None and (event.name or "") == state.quiet:
+                state.quiet = None
+                return []
+            if (self.exempt_tools and event.name in self.exempt_tools) or (
+                event.id is None and reflection_tool(event.name)
+            ):
                 return []
             call = _record_result(state, event, step)
         if kind == TOOL_CALL:
@@ -215,8 +244,30 @@ def _record_result(state: RunState, event: Event, step: int) -> CallRecord | Non
         return None
     rec.result = event.result_key
     rec.rstep = step
-    if event.error and rec.novel:
-        # A new call that failed taught nothing: take back the progress its call
-        # counted, so a repeat around failed attempts is still a repeat.
+    if rec.novel and (event.error or negative(event.text)):
+        # A new call that failed, or a lookup that found nothing, taught nothing:
+        # take back the progress its call counted, so a repeat around failed
+        # attempts (or reworded searches) is still a repeat.
         state.epoch -= 1
     return rec
+
+
+_SPECIFICS_MAX: Final = 64  # specifics of user messages remembered per run
+
+
+def _brings_news(state: RunState, event: Event) -> bool:
+    """Whether a user message says something specific it had not said before (an id,
+    a code, a number: :func:`~loopwatch.text.specifics`). Remembered as fingerprints,
+    never as the text. A message the trace did not record brings nothing known."""
+    if not event.text_known:
+        return False
+    seen = state.uspec
+    news = False
+    for token in specifics(event.text):
+        fp = fingerprint(token)
+        if seen.pop(fp, None) is None:
+            news = True
+        seen[fp] = state.n
+        if len(seen) > _SPECIFICS_MAX:
+            del seen[next(iter(seen))]
+    return news

@@ -24,6 +24,7 @@ import xxhash
 from mypy_extensions import i64
 
 __all__ = [
+    "DESCRIBING_KEYS",
     "KINDS",
     "MODEL",
     "SPAN",
@@ -33,13 +34,17 @@ __all__ = [
     "Event",
     "canonical_args",
     "fold_and_mask",
+    "is_reflection",
+    "looks_like_error",
     "mask_volatile",
     "maybe_json",
     "normalise_text",
     "outcome_signature",
+    "reflection_tool",
     "shell_command",
     "sketch_similarity",
     "text_sketch",
+    "tool_key",
 ]
 
 MODEL: Final = "model"
@@ -469,6 +474,85 @@ def is_noop_command(command: str) -> bool:
     return True
 
 
+# Argument keys that describe a call rather than parameterise it: the model rewords
+# them on every try ("Run the tests", "Re-run the tests to check"). Dropped from the
+# normalised call key when the call has other arguments, kept for the messages.
+DESCRIBING_KEYS: Final = frozenset(
+    {
+        "description", "reason", "reasoning", "explanation", "justification", "rationale",
+        "thought", "thoughts", "thinking", "summary", "purpose", "intent", "comment",
+        "comments", "note", "notes",
+    }
+)  # fmt: skip
+# Tools that change nothing in the world: the model thinks, plans or keeps notes
+# (tau-bench's ``think``, the MCP sequential-thinking server, Claude Code's TodoWrite,
+# Codex's update_plan, Gemini CLI's write_todos). Names compared lower-cased with
+# everything but letters and digits dropped.
+_REFLECTION_TOOLS: Final = frozenset(
+    {
+        "think", "thinking", "thought", "reflect", "reflection", "reason", "reasoning",
+        "plan", "planning", "scratchpad", "notepad", "sequentialthinking", "todowrite",
+        "todoread", "writetodos", "updateplan", "updatetodos",
+    }
+)  # fmt: skip
+# A call whose every argument is one of these is a thought, whatever the tool's name.
+_REFLECTION_ARGS: Final = frozenset({"thought", "thoughts", "thinking", "reasoning", "reflection"})
+
+
+def tool_key(name: str | None) -> str:
+    """A tool name lower-cased with everything but ASCII letters and digits dropped:
+    ``TodoWrite``, ``todo_write`` and ``todo-write`` are one tool."""
+    if not name:
+        return ""
+    return "".join(c for c in name.lower() if c.isascii() and c.isalnum())
+
+
+_REFLECTION_NAMES: dict[str, bool] = {}  # tool name -> reflection_tool(name), bounded
+
+
+def reflection_tool(name: str | None) -> bool:
+    """Whether a tool's name says it only thinks, plans or takes notes (cached)."""
+    if not name:
+        return False
+    known = _REFLECTION_NAMES.get(name)
+    if known is None:
+        if len(_REFLECTION_NAMES) >= _NORM_CACHE_MAX:
+            _REFLECTION_NAMES.clear()
+        known = _REFLECTION_NAMES[name] = tool_key(name) in _REFLECTION_TOOLS
+    return known
+
+
+def is_reflection(name: str | None, args: Any) -> bool:
+    """Whether a tool call only thinks, plans or takes notes: it changes nothing in
+    the world, so it is neither progress nor an attempt. A byte-identical call failing
+    three times with a ``think`` between each try is still three tries."""
+    if reflection_tool(name):
+        return True
+    if type(args) is not dict:
+        args = maybe_json(args)
+        if not isinstance(args, Mapping):
+            return False
+    return bool(args) and all(str(k).lower() in _REFLECTION_ARGS for k in args)
+
+
+# What a failed call's result starts with by convention when the trace carries no
+# error flag: "Error: ...", "ERROR: ...", "Exception: ...", a Python traceback, or a
+# JSON object whose "error" field holds something.
+_ERROR_TEXT: Final = re.compile(
+    r"\s*(?:(?:error|exception|fatal)(?:\s*\[[^\]\n]{0,40}\])?\s*:"
+    r"|traceback \(most recent call last\)"
+    r'|\{\s*"error"\s*:(?!\s*(?:null\b|false\b|""|\[\s*\]|\{\s*\})))',
+    re.IGNORECASE,
+)
+
+
+def looks_like_error(text: str) -> bool:
+    """Whether a result's text says the call failed, by the conventions tools follow
+    when they report failure as text (tau-bench's "Error: ...", a traceback, an
+    ``{"error": ...}`` object). Decided from the start of the text only."""
+    return _ERROR_TEXT.match(text) is not None
+
+
 def maybe_json(value: Any) -> Any:
     """Decode a string that holds a JSON object or array (agents and trace exports
     often stringify arguments); anything else unchanged."""
@@ -598,13 +682,20 @@ def _normalise_value(value: Any, depth: int = 0, path: set[int] | None = None) -
     path.add(id(value))
     try:
         if isinstance(value, Mapping):
+            items: list[tuple[Any, Any]] = list(value.items())
+            if depth == 0 and len(items) > 1:
+                # Fields that describe a call (Claude Code's Bash ``description``) are
+                # rewritten by the model on every try: they must not make a repeat new.
+                kept = [(k, v) for k, v in items if str(k).lower() not in DESCRIBING_KEYS]
+                if kept:
+                    items = kept
             return {
                 str(k).lower(): (
                     "#"
                     if str(k).lower() in _VOLATILE_KEYS
                     else _normalise_value(v, depth + 1, path)
                 )
-                for k, v in value.items()
+                for k, v in items
             }
         return [_normalise_value(v, depth + 1, path) for v in value]
     finally:
@@ -770,6 +861,11 @@ class Event:
         to = get("to")
         tokens = get("tokens")
         cost = get("cost")
+        error = get("error")
+        # no flag recorded: a result whose text says it failed did fail
+        failed = (
+            error in _TRUE if error is not None else kind == TOOL_RESULT and looks_like_error(text)
+        )
         # positional: the hot path of every observed event (keywords cost more to
         # pass, most of all to the compiled constructor)
         return Event(
@@ -780,7 +876,7 @@ class Event:
             None if ident is None else str(ident),
             None if parent is None else str(parent),
             None if typ is None else str(typ),
-            get("error") in _TRUE,
+            failed,
             0.0 if tokens is None else _float(tokens),
             0.0 if cost is None else _float(cost),
             None if agent is None else str(agent),

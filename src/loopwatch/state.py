@@ -52,7 +52,8 @@ __all__ = [
 
 # Bumped whenever the serialised shape changes; a state of another version is refused.
 # 3: JSON arrays in a zstd frame, without ``seen`` (2 and older: bare JSON arrays).
-STATE_VERSION: Final = 3
+# 4: the user's news (``news_step``, ``uspec``) and the pending reflection (``quiet``).
+STATE_VERSION: Final = 4
 # What a serialised state starts with, before its version byte. JSON never starts
 # with it, so a state of format 2 or older is told apart and refused by its version.
 _MAGIC: Final = b"LWS"
@@ -312,7 +313,9 @@ class RunState:
         "n",
         "ncalls",
         "news",
+        "news_step",
         "pending",
+        "quiet",
         "reset_reason",
         "rseen",
         "seen",
@@ -321,6 +324,7 @@ class RunState:
         "talks",
         "turn",
         "user_step",
+        "uspec",
         "warned",
     )
 
@@ -339,6 +343,12 @@ class RunState:
         self.talks = False  # whether the run has model events at all
         self.skips = 0  # calls skipped by the policy (for escalation to stop)
         self.user_step = -1  # event index of the last user input (-1: none yet)
+        # event index of the last user input that said something specific it had not
+        # said before (-1: none yet); the fingerprints of what it said (LRU, at most 64)
+        self.news_step = -1
+        self.uspec: dict[str, int] = {}
+        # name of a reflection call awaiting its result in a trace without ids
+        self.quiet: str | None = None
         self.slots: dict[str, DetectorState] = {}  # detector name -> its state
         # Set (never stored) by a store that found this run's stored state unreadable
         # and started it afresh; the guard reports it in the verdict once.
@@ -371,6 +381,9 @@ class RunState:
             self.talks,
             self.skips,
             self.user_step,
+            self.news_step,
+            self.uspec,
+            self.quiet,
             [[name, type(st).__name__, st.dump()] for name, st in self.slots.items()],
         ]
 
@@ -406,7 +419,7 @@ class RunState:
         try:
             raw = _json(_decompress(data[len(_MAGIC) + 1 :]))
             n, calls, rseen, pending, epoch, ncalls, news, warned, *rest = raw
-            turn, talks, skips, user_step, slots = rest
+            turn, talks, skips, user_step, news_step, uspec, quiet, slots = rest
             st = cls()
             st.n = int(n)
             st.calls = [CallRecord.load(c) for c in calls]
@@ -415,7 +428,8 @@ class RunState:
                 seen[call.norm] = seen.get(call.norm, 0) + 1
             st.rseen, st.pending, st.warned = _mapping(rseen), _mapping(pending), _mapping(warned)
             st.epoch, st.ncalls, st.turn, st.talks, st.skips = epoch, ncalls, turn, talks, skips
-            st.user_step = user_step
+            st.user_step, st.news_step, st.uspec = user_step, news_step, _mapping(uspec)
+            st.quiet = quiet if quiet is None else str(quiet)
             st.news = news
             for name, kind, value in slots:
                 slot_cls = DetectorState.registry.get(kind)

@@ -24,8 +24,10 @@ __all__ = [
     "jaccard",
     "lexical_verdict",
     "looks_like_code",
+    "negative",
     "plain_words",
     "preview",
+    "specifics",
     "split_words",
     "word_set",
 ]
@@ -96,6 +98,57 @@ def contentless(text: str) -> bool:
     if len(text) > 400:
         return False
     return len(_MARKUP.sub("", text)) < _ACK_CHARS
+
+
+# A lookup that found nothing: an empty collection, or a short text saying so. Not an
+# acknowledgement that something changed: ten reworded searches that each return
+# "No results found." are not ten pieces of progress.
+_EMPTY_VALUES: Final = frozenset({"[]", "{}", "null", "none", '""', "''", "[[]]"})
+_NOTHING_FOUND: Final = re.compile(
+    r"\b(?:no (?:\w+ )?(?:results?|matches|match|hits|items|files|records|entries|rows|data)"
+    r"(?: (?:were |was )?found)?\b|not found\b|nothing (?:found|matched)\b"
+    r"|0 (?:results|matches|hits|items|files|records|rows)\b|did not match any"
+    r"|returned no\b|could not find any\b|no such )",
+    re.IGNORECASE,
+)
+_NEGATIVE_CHARS: Final = 200
+
+
+def negative(text: str) -> bool:
+    """True for a result that says nothing was found (``[]``, ``No results found.``).
+    Only short texts: a long result that mentions "not found" somewhere says more."""
+    if len(text) > _NEGATIVE_CHARS:
+        return False
+    bare = text.strip()
+    return bare.lower() in _EMPTY_VALUES or _NOTHING_FOUND.search(bare) is not None
+
+
+# What makes a message specific: ids, codes, numbers, references (``#W2378156``,
+# ``HXDUBJ``, ``sophia_silva_7557``, ``SFO``, ``5th``, ``a@b.c``). A user who brings one
+# not said before brings information; one who defers, restates or thanks does not.
+_SPECIFIC: Final = re.compile(r"[#@\w][\w@.#/:+-]*")
+
+
+def specifics(text: str) -> list[str]:
+    """The specific tokens of a message, lower-cased, in order of appearance: tokens
+    with a digit, an underscore, ``@`` or ``#``, and all-capital codes of three
+    letters or more (``SFO``, not ``I`` or ``ID``)."""
+    out: list[str] = []
+    for tok in _SPECIFIC.findall(text):
+        tok = tok.rstrip(".:/+-")
+        if len(tok) < 2:
+            continue
+        if (
+            any(c.isdigit() for c in tok)
+            or "_" in tok
+            or "@" in tok
+            or "#" in tok
+            or (len(tok) >= 3 and tok.isupper() and tok.isalpha())
+        ):
+            low = tok.lower()
+            if low not in out:
+                out.append(low)
+    return out
 
 
 def preview(value: Any, limit: int = 80) -> str:

@@ -74,10 +74,17 @@ class ErrorLoop(Detector):
         ev = ctx.event
         rec = ctx.call
         tool = ev.name or (rec.name if rec else "")
-        if not ev.error or ev.kind == USER:
+        if ev.kind == USER:
+            # A user turn that brings something new (RunState.news_step) resets both
+            # counts: the user has seen the failure and changed the request. One that
+            # defers or says "please try again" does not make the same failure new.
+            if ctx.state.news_step == ctx.step:
+                tools.clear()
+                errs.clear()
+            return None
+        if not ev.error:
             # A success resets both counts: something worked, something moved (an
-            # edit between two failing builds is progress for the build). So does a
-            # new user turn: the user has seen the failure and asked again.
+            # edit between two failing builds is progress for the build).
             tools.clear()
             errs.clear()
             return None
