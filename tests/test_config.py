@@ -57,10 +57,10 @@ def test_detectors_can_be_enabled_disabled_and_tuned() -> None:
 
 
 def test_keywords_override_the_file() -> None:
-    base = Config.from_mapping({"on_loop": "warn", "repeated_call": {"warn_at": 4}})
-    guard = Guard(base, on_loop="skip", repeated_call={"stop_at": 9})
+    base = Config.from_mapping({"on_loop": "warn", "repeated_call": {"stop_at": 4}})
+    guard = Guard(base, on_loop="skip", repeated_call={"warn_at": 2})
     assert guard.config.on_loop == "skip"
-    assert guard.config.sections["repeated_call"] == {"warn_at": 4, "stop_at": 9}
+    assert guard.config.sections["repeated_call"] == {"stop_at": 4, "warn_at": 2}
     assert base.on_loop == "warn"  # the original is not modified
 
 

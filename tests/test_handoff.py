@@ -53,8 +53,9 @@ def test_conformance_ping_pong_warns_in_time() -> None:
     first_warn, first_stop = scan_with(run, PingPong())
     assert not meets_expectation(run["expect"], first_warn, first_stop)
     # the opening message has no recipient yet (no ``to``, nobody spoke before it):
-    # the pair forms with the manager's reply, and the 3rd restatement is step 4
-    assert first_warn == 4
+    # the pair forms with the manager's reply; the 2nd restatement (step 3) warns and
+    # the 3rd (step 4) stops
+    assert (first_warn, first_stop) == (3, 4)
 
 
 def test_one_agent_repeating_itself_is_not_ping_pong() -> None:
@@ -84,7 +85,7 @@ def test_recipient_defaults_to_the_previous_speaker() -> None:
         msg("coder", "Which file holds the parser tests? Please tell me."),
     ] * 4
     first_warn, first_stop = scan_with({"run_id": "g", "events": events}, PingPong())
-    assert (first_warn, first_stop) == (4, 7)  # the pair forms with the first reply
+    assert (first_warn, first_stop) == (3, 4)  # the pair forms with the first reply
 
 
 def test_handoffs_in_a_span_tree() -> None:
@@ -107,7 +108,7 @@ def test_handoffs_in_a_span_tree() -> None:
         )
         parent = f"s{i}"
     report = Scanner(Config(), detectors=[PingPong()]).scan({"run_id": "s", "events": events})
-    assert report.first_warn == 4 and report.first_stop == 7
+    assert report.first_warn == 3 and report.first_stop == 4
     assert "planner and researcher" in report.findings[0].message
 
 

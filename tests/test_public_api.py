@@ -14,7 +14,8 @@ PUBLIC = {
     # composing detectors
     "Detector", "DetectorSet", "default_detectors", "Embedder",
     "Chanting", "CostBudget", "Cycle", "ErrorLoop", "Frequency", "Futility",
-    "IterationCap", "NameCycle", "NoProgress", "PingPong", "Recursion", "RepeatedCall", "Semantic",
+    "IterationCap", "NameCycle", "NoProgress", "PingPong", "Recursion", "RepeatedCall",
+    "RestatedReply", "Semantic",
     "SpendVelocity", "Stagnation", "TimeBudget", "TokenBudget",
     # events, traces and stores
     "Event", "InputError", "TraceRun", "read_runs", "MemoryStore", "Store",

@@ -38,6 +38,7 @@ COMPILED: tuple[str, ...] = (
     "loopwatch.guard",
     "loopwatch.detectors.base",
     "loopwatch.detectors.budget",
+    "loopwatch.detectors.conversation",
     "loopwatch.detectors.chanting",
     "loopwatch.detectors.cycle",
     "loopwatch.detectors.errors",

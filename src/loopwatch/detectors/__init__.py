@@ -7,6 +7,7 @@ from typing import Final
 from .base import Context, Detector, DetectorSet
 from .budget import IterationCap
 from .chanting import Chanting
+from .conversation import RestatedReply
 from .cycle import Cycle, NameCycle
 from .errors import ErrorLoop
 from .frequency import Frequency
@@ -37,6 +38,7 @@ __all__ = [
     "PingPong",
     "Recursion",
     "RepeatedCall",
+    "RestatedReply",
     "Semantic",
     "SemanticUnavailable",
     "SpendVelocity",
@@ -54,7 +56,7 @@ __all__ = [
 # these, in the order it was defined.
 RUN_ORDER: Final = (
     "repeated_call", "cycle", "error_loop", "no_progress", "stagnation", "chanting",
-    "recursion", "iteration_cap", "spend_velocity", "ping_pong", "futility",
+    "recursion", "iteration_cap", "spend_velocity", "ping_pong", "futility", "restated_reply",
     "frequency", "name_cycle", "semantic", "token_budget", "cost_budget", "time_budget",
 )  # fmt: skip
 
