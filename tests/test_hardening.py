@@ -171,11 +171,12 @@ def test_cyclic_arguments_from_python_do_not_break_the_guard() -> None:
     args["self"] = args
     args["list"] = [args, args]
     guard = Guard(Config())
-    verdicts = [
-        guard.observe("r", {"kind": "tool_call", "name": "s", "args": args}) for _ in range(6)
-    ]
+    verdicts = []
+    for _ in range(6):
+        verdicts.append(guard.observe("r", {"kind": "tool_call", "name": "s", "args": args}))
+        verdicts.append(guard.observe("r", {"kind": "tool_result", "name": "s", "text": "same"}))
     assert all("error" not in v.extra for v in verdicts)
-    assert verdicts[-1].action == "stop"
+    assert verdicts[-2].action == "stop"
 
 
 # -- findings bounded by patterns ----------------------------------------------------
