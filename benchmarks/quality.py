@@ -16,15 +16,22 @@ Defaults to every ``*.jsonl`` in ``../shared/corpus`` and the scenario file in
   stop minus that step (median and 90th percentile; negative = before it).
 
 ``--runs`` prints one line per labelled loop (first warn, first stop, labelled
-step, stopping detector) to read the misses.
+step, stopping detector); ``--show`` prints the labelled loops that were not stopped,
+with the labeller's evidence (``labels.detail``), to read the misses.
 
-Prints one table per file and a total; nothing is asserted.
+Prints one table with a column per file and a total. With targets
+(``--min-recall-stop``, ``--min-source-recall-stop``, ``--min-recall-flag``,
+``--max-false-stop-rate``, ``--max-lateness``) it prints each one met or missed and
+exits 1 when any is missed, so CI or a tuning loop can hold a detector change to
+them. ``--min-source-recall-stop`` applies to every file with at least 5 labelled
+loops (fewer make a rate of little meaning).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,10 +87,12 @@ class Tally:
     solved: int = 0
     solved_stops: int = 0
     solved_loop_stops: int = 0  # solved runs stopped that a person labelled a loop
+    solved_loop_counted: int = 0  # solved runs that a person labelled a loop
     solved_warns: int = 0
     unlabelled: int = 0
     unlabelled_stops: int = 0
     unlabelled_warns: int = 0
+    missed: list[tuple[str, Any, Any]] = field(default_factory=list)  # id, detail, report
     delays: list[int] = field(default_factory=list)
     solved_stop_ids: list[str] = field(default_factory=list)
     missed_loop_ids: list[str] = field(default_factory=list)
@@ -108,6 +117,7 @@ class Tally:
             self.loops_flagged += flagged
             if not stopped:
                 self.missed_loop_ids.append(run["run_id"])
+                self.missed.append((run["run_id"], (run.get("labels") or {}).get("detail"), report))
             at = labelled_step(run)
             if stopped and isinstance(at, int):
                 self.delays.append(report.first_stop - at)
@@ -121,6 +131,7 @@ class Tally:
             self.unlabelled_warns += flagged and not stopped
         if solved(meta):
             self.solved += 1
+            self.solved_loop_counted += label is True
             self.solved_stops += stopped
             self.solved_loop_stops += stopped and label is True
             self.solved_warns += flagged and not stopped
@@ -133,8 +144,24 @@ class Tally:
             if isinstance(value, dict):
                 for k, v in value.items():
                     mine[k] = mine.get(k, 0) + v
+            elif isinstance(value, list):
+                mine.extend(value)
             else:
                 setattr(self, name, mine + value)
+
+    def rates(self) -> dict[str, float | None]:
+        """The rates the targets are stated in (None where there is nothing to count)."""
+
+        def rate(n: int, d: int) -> float | None:
+            return n / d if d else None
+
+        solved_not_loops = self.solved - self.solved_loop_counted
+        return {
+            "recall_stop": rate(self.loops_stopped, self.loops),
+            "recall_flag": rate(self.loops_flagged, self.loops),
+            "false_stop": rate(self.false_stops, self.not_loops),
+            "solved_false_stop": rate(self.solved_stops - self.solved_loop_stops, solved_not_loops),
+        }
 
     def row(self) -> dict[str, Any]:
         def rate(n: int, d: int) -> str:
@@ -193,7 +220,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the totals as JSON")
     parser.add_argument("--runs", action="store_true", help="one line per labelled loop")
     parser.add_argument(
+        "--show", action="store_true", help="the labelled loops not stopped, with the evidence"
+    )
+    parser.add_argument(
         "--show-solved-stops", action="store_true", help="list solved runs that were stopped"
+    )
+    targets = parser.add_argument_group("targets (exit 1 when one is missed)")
+    targets.add_argument("--min-recall-stop", type=float, help="labelled loops stopped, overall")
+    targets.add_argument(
+        "--min-source-recall-stop",
+        type=float,
+        help=f"labelled loops stopped, in each file with {SOURCE_MIN_LOOPS}+ labelled loops",
+    )
+    targets.add_argument("--min-recall-flag", type=float, help="labelled loops warned or stopped")
+    targets.add_argument(
+        "--max-false-stop-rate",
+        type=float,
+        help="stops on runs labelled not-a-loop, and on solved runs not labelled loops",
+    )
+    targets.add_argument(
+        "--max-lateness", type=float, help="median first stop minus the labelled step, in events"
     )
     args = parser.parse_args(argv)
     paths = [Path(p) for p in args.corpus] or sorted(
@@ -203,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     scanner = Scanner(config)
 
     total = Tally()
+    tallies: dict[str, Tally] = {}
     rows: dict[str, dict[str, Any]] = {}
     for path in paths:
         tally = Tally()
@@ -222,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"by={top.detector if top else '-'}"
                 )
         rows[path.name] = tally.row()
+        tallies[path.name] = tally
         total.merge(tally)
         if args.show_solved_stops and tally.solved_stop_ids:
             print(f"{path.name}: solved runs stopped: {', '.join(tally.solved_stop_ids)}")
@@ -236,9 +284,11 @@ def main(argv: list[str] | None = None) -> int:
             failures += f_failures
     scen = f"{ok}/{n} scenarios meet their expectation" if n else "no scenario file"
 
+    verdicts = check_targets(args, total, tallies)
     if args.json:
-        print(json.dumps({"files": rows, "scenarios": scen, "failures": failures}, indent=2))
-        return 0
+        out = {"files": rows, "scenarios": scen, "failures": failures, "targets": verdicts}
+        print(json.dumps(out, indent=2))
+        return 1 if any(not ok for _, ok in verdicts) else 0
     metrics = list(rows["TOTAL"])
     width = max(len(m) for m in metrics)
     cols = list(rows)
@@ -254,9 +304,61 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{scen}")
     for f in failures:
         print(f"  FAIL {f}")
-    if total.missed_loop_ids:
+    if args.show:
+        print("\nlabelled loops not stopped:")
+        for run_id, detail, report in total.missed:
+            top = report.top_finding
+            said = f"warned at {report.first_warn} ({top.detector})" if top else "silent"
+            print(f"- {run_id}: {said}\n    {detail}")
+    elif total.missed_loop_ids:
         print(f"loops not stopped: {', '.join(total.missed_loop_ids)}")
-    return 0
+    for line, ok in verdicts:
+        print(f"{'met   ' if ok else 'MISSED'} {line}")
+    return 1 if any(not ok for _, ok in verdicts) else 0
+
+
+# A file's own recall target applies only from this many labelled loops on.
+SOURCE_MIN_LOOPS = 5
+
+
+def check_targets(
+    args: argparse.Namespace, total: Tally, tallies: dict[str, Tally]
+) -> list[tuple[str, bool]]:
+    """Each target asked for on the command line, as (what was measured, met?)."""
+    out: list[tuple[str, bool]] = []
+
+    def at_least(name: str, value: float | None, floor: float | None) -> None:
+        if floor is not None and value is not None:
+            out.append((f"{name} {value:.2f} (target >= {floor})", value >= floor))
+
+    def at_most(name: str, value: float | None, ceiling: float | None) -> None:
+        if ceiling is not None and value is not None:
+            out.append((f"{name} {value:.3f} (target <= {ceiling})", value <= ceiling))
+
+    rates = total.rates()
+    at_least("recall(stop), all", rates["recall_stop"], args.min_recall_stop)
+    if args.min_source_recall_stop is not None:
+        for name, tally in tallies.items():
+            if tally.loops >= SOURCE_MIN_LOOPS:
+                at_least(
+                    f"recall(stop), {name}",
+                    tally.rates()["recall_stop"],
+                    args.min_source_recall_stop,
+                )
+    at_least("recall(warn|stop), all", rates["recall_flag"], args.min_recall_flag)
+    at_most("false stops, runs labelled not-a-loop", rates["false_stop"], args.max_false_stop_rate)
+    at_most(
+        "false stops, solved runs not labelled loops",
+        rates["solved_false_stop"],
+        args.max_false_stop_rate,
+    )
+    if args.max_lateness is not None and total.delays:
+        median = float(statistics.median(total.delays))
+        out.append(
+            (f"median lateness {median:g} events (target <= {args.max_lateness:g})",
+             median <= args.max_lateness)
+        )  # fmt: skip
+    return out
 
 
 if __name__ == "__main__":
