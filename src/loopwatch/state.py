@@ -419,7 +419,7 @@ class RunState:
         try:
             raw = _json(_decompress(data[len(_MAGIC) + 1 :]))
             n, calls, rseen, pending, epoch, ncalls, news, warned, *rest = raw
-            turn, talks, skips, user_step, news_step, uspec, quiet, slots = rest
+            turn, talks, skips, user_step, news_step, uspec, pending_quiet, slots = rest
             st = cls()
             st.n = int(n)
             st.calls = [CallRecord.load(c) for c in calls]
@@ -429,7 +429,7 @@ class RunState:
             st.rseen, st.pending, st.warned = _mapping(rseen), _mapping(pending), _mapping(warned)
             st.epoch, st.ncalls, st.turn, st.talks, st.skips = epoch, ncalls, turn, talks, skips
             st.user_step, st.news_step, st.uspec = user_step, news_step, _mapping(uspec)
-            st.quiet = quiet if quiet is None else str(quiet)
+            st.quiet = None if pending_quiet is None else str(pending_quiet)
             st.news = news
             for name, kind, value in slots:
                 slot_cls = DetectorState.registry.get(kind)
