@@ -108,9 +108,8 @@ _NOTHING_FOUND: Final = re.compile(
     r"\b(?:no (?:\w+ )?(?:results?|matches|match|hits|items|files|records|entries|rows|data)"
     r"(?: (?:were |was )?found)?\b|not found\b|nothing (?:found|matched)\b"
     r"|0 (?:results|matches|hits|items|files|records|rows)\b|did not match any"
-    r"|returned no\b|could not find any\b|no such )",
-    re.IGNORECASE,
-)
+    r"|returned no\b|could not find any\b|no such )"
+)  # searched in lower-cased text
 _NEGATIVE_CHARS: Final = 200
 
 
@@ -119,36 +118,37 @@ def negative(text: str) -> bool:
     Only short texts: a long result that mentions "not found" somewhere says more."""
     if len(text) > _NEGATIVE_CHARS:
         return False
-    bare = text.strip()
-    return bare.lower() in _EMPTY_VALUES or _NOTHING_FOUND.search(bare) is not None
+    low = text.strip().lower()
+    if low in _EMPTY_VALUES:
+        return True
+    # every phrase of _NOTHING_FOUND holds "no" or "0 ": most results hold neither
+    if "no" not in low and "0 " not in low:
+        return False
+    return _NOTHING_FOUND.search(low) is not None
 
 
 # What makes a message specific: ids, codes, numbers, references (``#W2378156``,
 # ``HXDUBJ``, ``sophia_silva_7557``, ``SFO``, ``5th``, ``a@b.c``). A user who brings one
 # not said before brings information; one who defers, restates or thanks does not.
-_SPECIFIC: Final = re.compile(r"[#@\w][\w@.#/:+-]*")
+# A token (letters, digits and the marks ids are written with) holding a digit, "_",
+# "@" or "#"; or a code of 3+ capitals. Anchored at a token's start, so each token is
+# read once.
+_SPECIFIC: Final = re.compile(r"(?<![\w@#.:/+-])(?=[\w@#.:/+-]*[\d_@#])[\w@#.:/+-]+|\b[A-Z]{3,}\b")
+_SPECIFIC_CHARS: Final = 2000  # a message names its specifics early; bounds the cost
+_TRAILING: Final = ".:/+-"
 
 
 def specifics(text: str) -> list[str]:
-    """The specific tokens of a message, lower-cased, in order of appearance: tokens
-    with a digit, an underscore, ``@`` or ``#``, and all-capital codes of three
-    letters or more (``SFO``, not ``I`` or ``ID``)."""
-    out: list[str] = []
-    for tok in _SPECIFIC.findall(text):
-        tok = tok.rstrip(".:/+-")
-        if len(tok) < 2:
-            continue
-        if (
-            any(c.isdigit() for c in tok)
-            or "_" in tok
-            or "@" in tok
-            or "#" in tok
-            or (len(tok) >= 3 and tok.isupper() and tok.isalpha())
-        ):
-            low = tok.lower()
-            if low not in out:
-                out.append(low)
-    return out
+    """The specific tokens of a message, lower-cased, in order of first appearance:
+    tokens with a digit, an underscore, ``@`` or ``#``, and all-capital codes of three
+    letters or more (``SFO``, not ``I`` or ``ID``). Read from the first 2,000
+    characters."""
+    out: dict[str, None] = {}
+    for tok in _SPECIFIC.findall(text[:_SPECIFIC_CHARS]):
+        tok = tok.strip(_TRAILING)
+        if len(tok) >= 2:
+            out[tok.lower()] = None
+    return list(out)
 
 
 def preview(value: Any, limit: int = 80) -> str:

@@ -17,7 +17,7 @@ __all__ = ["RestatedReply"]
 _REPLIES_MAX: Final = 3  # earlier replies a new one is compared with
 _WORDS_MAX: Final = 80  # words kept per reply: a restated request or refusal shows early
 _STEPS_MAX: Final = 8
-_PREVIEW_CHARS: Final = 200  # of the pending reply, for the message
+_REPLY_CHARS: Final = 600  # of a reply, kept until the user's turn (80 words fit)
 # Words that carry no request: function words, and the pleasantries every support
 # reply is wrapped in ("if you have any other questions, feel free to reach out"),
 # which would otherwise make any two replies share a long run of words.
@@ -78,27 +78,25 @@ def _shared_content(a: list[int], b: list[int], min_run: int) -> int:
 class ReplyState(DetectorState):
     """The agent's recent replies to the user and how many restated an earlier one."""
 
-    __slots__ = ("acted", "count", "pending", "preview", "replies", "start", "steps")
+    __slots__ = ("acted", "count", "pending", "replies", "start", "steps")
 
     def __init__(self) -> None:
         self.acted = False  # the agent made a tool call since the user's last turn
-        self.pending: list[int] | None = None  # the reply awaiting the user's turn
-        self.preview = ""  # clipped text of the pending reply, for the message
+        # The reply awaiting the user's turn, clipped: it is read only if a user turn
+        # follows (most model outputs in a run with tools never become replies).
+        self.pending: str | None = None
         self.replies: list[list[int]] = []  # earlier replies since the last progress
         self.count = 0  # replies that restated an earlier one since the last progress
         self.start = -1  # event index of the first of them
         self.steps: list[int] = []  # evidence: the restating replies and user turns
 
     def dump(self) -> Any:
-        return [
-            self.acted, self.count, self.pending, self.preview, self.replies, self.start,
-            self.steps,
-        ]  # fmt: skip
+        return [self.acted, self.count, self.pending, self.replies, self.start, self.steps]
 
     @classmethod
     def load(cls, data: Any) -> ReplyState:
         st = cls()
-        st.acted, st.count, st.pending, st.preview, st.replies, st.start, st.steps = data
+        st.acted, st.count, st.pending, st.replies, st.start, st.steps = data
         return st
 
     def restart(self) -> None:
@@ -179,9 +177,8 @@ class RestatedReply(Detector):
         if kind == MODEL:
             if ev.to is not None and ev.to.lower() != "user":
                 return None  # a message to another agent, not a reply
-            if ev.text_known and ev.text.strip():
-                st.pending = _tokens(ev.text)
-                st.preview = ev.text[:_PREVIEW_CHARS]
+            if ev.text_known and ev.text and not ev.text.isspace():
+                st.pending = ev.text[:_REPLY_CHARS]
             return None
         if kind == TOOL_CALL:
             st.pending = None  # the agent acted: its text before the call is no reply
@@ -199,7 +196,8 @@ class RestatedReply(Detector):
             st.restart()
         return finding
 
-    def _judge(self, ctx: Context, st: ReplyState, reply: list[int], acted: bool) -> Finding | None:
+    def _judge(self, ctx: Context, st: ReplyState, text: str, acted: bool) -> Finding | None:
+        reply = _tokens(text)
         # A turn in which the agent looked something up or changed something is work,
         # even when the reply that follows sounds like the last one (a chat that
         # answers each question from the same forecast); the call detectors judge it.
@@ -229,6 +227,6 @@ class RestatedReply(Detector):
             ctx.step,
             tuple(st.steps),
             f"You have told the user the same thing {st.count + 1} times with nothing new "
-            f"in between (latest: {preview(st.preview, 80)!r}). {action}",
+            f"in between (latest: {preview(text, 80)!r}). {action}",
             f"reply@{st.start}",
         )

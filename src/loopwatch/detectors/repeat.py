@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, final
 
-from ..events import TOOL_CALL, TOOL_RESULT, sketch_similarity, text_sketch
+from ..events import TOOL_CALL, TOOL_RESULT, page_sketch, sketch_similarity
 from ..findings import Finding, Severity
 from ..state import CallRecord, KeyedState, Record, StateError
 from .base import Context, Detector, severity_for, trim
@@ -18,11 +18,14 @@ _STEPS_MAX = 8  # evidence steps kept per call
 # results of fewer than 20 distinct words must match exactly (a status line that
 # changes one number is news).
 _NEAR = 0.75
-# Results at least this long are sketched from the first one on (see _compare), and
-# a sketch reads the first _SKETCH_CHARS characters of a result (a page's head and
-# first screen: what a re-read shows again).
-_EAGER_SKETCH_CHARS = 500
-_SKETCH_CHARS = 1500
+# A page (a result of 800+ characters with an address near its start: browser tools
+# echo the URL) is sketched from the first result on, because a page re-read differs
+# most in its text (OCR'd screenshots of 850+ characters in the corpus); any other
+# result only once its call repeats. A sketch costs 10-40 us: sketching every long
+# first result added 2.4 us to bench_recorded's median event, pages alone are 1.5%
+# of the corpus's events (and 3 in 4 of its browser results).
+_EAGER_SKETCH_CHARS = 800
+_ADDRESS_WITHIN = 400
 
 
 @final
@@ -89,13 +92,10 @@ class RepeatedCall(Detector):
 
     "The same result" is the same text with volatile values masked (for an error,
     the same error signature), or, for results of 20 words or more, a word-set
-    overlap of 0.75 or more in the first 1,500 characters (a page re-read whose
-    rendering differs slightly is not news). Measured on the corpus: the OCR'd
-    screenshots of a web page that did not change overlap 0.78-1.0 there, scrolling
-    a page down 0.12-0.68 (with one 0.89, at the bottom of a page). A sketch costs
-    10-50 us, so it is made from the first result on only for results of 500
-    characters or more (where exact equality fails most: OCR'd pages, listings with
-    times), about 12% of the corpus's events, and otherwise once the call repeats.
+    overlap of 0.75 or more (:func:`~loopwatch.events.page_sketch`: a page re-read
+    whose rendering differs slightly is not news). A sketch costs 10-40 us, so it is
+    made from the first result on only for pages (800+ characters with an address
+    near the start), and otherwise once the call repeats.
 
     Deliberately ignores: the same call far apart with new work in between,
     pagination (the page number changes the key), and a single retry.
@@ -219,19 +219,20 @@ class RepeatedCall(Detector):
         if entry.count < 2:
             # the streak's first result
             entry.results = 1
-            # A long page is where a re-read differs most in its text (an OCR'd
-            # screenshot, a listing with times): its sketch is kept from the first
-            # result on, so that the second can be compared.
+            # a page's sketch is kept from the first result on, so that the second
+            # can be compared (see _EAGER_SKETCH_CHARS)
             text = ctx.event.text
             entry.sketch = (
-                text_sketch(text[:_SKETCH_CHARS]) if len(text) >= _EAGER_SKETCH_CHARS else None
+                page_sketch(text)
+                if len(text) >= _EAGER_SKETCH_CHARS and "://" in text[:_ADDRESS_WITHIN]
+                else None
             )
             return
         if previous is None or result is None:
             return  # nothing to compare: no evidence of progress either
         if result == previous and entry.sketch is not None:
             return
-        sketch = text_sketch(ctx.event.text[:_SKETCH_CHARS])
+        sketch = page_sketch(ctx.event.text)
         previous_sketch, entry.sketch = entry.sketch, sketch
         if result == previous:
             return
