@@ -23,6 +23,8 @@ PLAN = (
     "appropriate solution for the parser module based on the constraints."
 )
 TEXTS = ["", "ok", "Let me look.", PLAN, PLAN.replace("then", "and then"), "done " * 60]
+RESULTS = ["18C", "", "error: boom", "Error: no seats", "No results found.", "page 2", "ok"]
+USER_TEXTS = ["I'll check later, thanks", "My booking is AB123", "Please try again", ""]
 
 
 @st.composite
@@ -30,14 +32,18 @@ def events(draw: Any) -> dict[str, Any]:
     kind = draw(st.sampled_from(["tool_call", "tool_result", "model", "span", "user", "other"]))
     ev: dict[str, Any] = {"kind": kind}
     if kind == "tool_call":
-        ev["name"] = draw(st.sampled_from(["search", "fetch", "run"]))
+        ev["name"] = draw(st.sampled_from(["search", "fetch", "run", "think"]))
         ev["args"] = {"q": draw(st.sampled_from(["paris", "Paris ", "lyon", "x"]))}
+        if draw(st.booleans()):
+            ev["args"]["description"] = draw(st.sampled_from(["look it up", "again"]))
         if draw(st.booleans()):
             ev["id"] = f"c{draw(st.integers(0, 5))}"
     elif kind == "tool_result":
-        ev["name"] = draw(st.sampled_from(["search", "fetch", "run", None]))
-        ev["text"] = draw(st.sampled_from(["18C", "", "error: boom", "page 2", "ok"]))
-        ev["error"] = draw(st.booleans())
+        ev["name"] = draw(st.sampled_from(["search", "fetch", "run", "think", None]))
+        ev["text"] = draw(st.sampled_from(RESULTS))
+        flag = draw(st.sampled_from([True, False, None]))  # None: not recorded
+        if flag is not None:
+            ev["error"] = flag
         if draw(st.booleans()):
             ev["id"] = f"c{draw(st.integers(0, 5))}"
     elif kind == "model":
@@ -45,6 +51,9 @@ def events(draw: Any) -> dict[str, Any]:
         agent = draw(st.sampled_from([None, "writer", "manager"]))
         if agent:
             ev["agent"] = agent
+        ev["to"] = draw(st.sampled_from([None, "user", "writer"]))
+    elif kind == "user":
+        ev["text"] = draw(st.sampled_from(USER_TEXTS))
     elif kind == "span":
         ev["id"] = f"s{draw(st.integers(0, 6))}"
         ev["name"] = draw(st.sampled_from(["planner", "researcher"]))

@@ -7,7 +7,7 @@ from typing import final
 from ..events import TOOL_CALL, TOOL_RESULT, USER, is_noop_command, shell_command
 from ..findings import Finding, Severity
 from ..state import CallRecord, DetectorState
-from ..text import contentless
+from ..text import contentless, negative
 from .base import Context, Detector, severity_for, trim
 
 _STEPS_MAX = 8  # evidence steps kept
@@ -72,7 +72,8 @@ class Futility(Detector):
       text with timings, decimals, numbers of 3+ digits, letter-digit tokens (temp
       paths, hashes) and 1-2 letter words masked, so the same error in new words
       (new pid, new duration, a clipped last word) is the same outcome;
-    * an empty result or bare acknowledgement from a call made before;
+    * an empty result or bare acknowledgement from a call made before, and a lookup
+      that found nothing ("No results found.", ``[]``) again, whatever its wording;
     * a user message the same as the user's previous one (the user answering the
       same thing again: the agent keeps asking for what it was given).
 
@@ -128,7 +129,13 @@ class Futility(Detector):
         tool = ev.name or (rec.name if rec is not None else "the tool")
         if ev.error:
             return self._futile(ctx, st, _SAME, tool) if seen else None
-        if seen and not (contentless(ev.text) and (rec is None or _new_exact(ctx, rec))):
+        if seen and not (
+            contentless(ev.text)
+            and not negative(ev.text)
+            and (rec is None or _new_exact(ctx, rec))
+        ):
+            # A bare "ok" from a new call is an edit that went through; "No results
+            # found." from a new wording of the same search is not progress.
             return self._futile(ctx, st, _SAME, tool)
         return self._progress(st)
 

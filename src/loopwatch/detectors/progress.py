@@ -7,7 +7,7 @@ from typing import final
 from ..events import TOOL_RESULT, USER
 from ..findings import Finding
 from ..state import DetectorState
-from ..text import contentless
+from ..text import contentless, negative
 from .base import Context, Detector, severity_for, trim
 
 _STEPS_MAX = 10
@@ -63,7 +63,9 @@ class NoProgress(Detector):
         if ev.error:
             stale = repeated
         elif novel_call:
-            stale = repeated and not contentless(ev.text)
+            # a new call's bare "ok" is an edit that went through; a new wording of a
+            # search that finds nothing again is not
+            stale = repeated and (not contentless(ev.text) or negative(ev.text))
         else:
             stale = repeated or not ev.text.strip()
         if not stale:
