@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from re import Pattern
 from typing import Any, Final
 
 import xxhash
 
 from .events import mask_volatile, maybe_json, normalise_text
+from .redact import MARGIN, redact_prefix
 
 __all__ = [
     "WORD",
@@ -98,13 +100,16 @@ def contentless(text: str) -> bool:
     return len(_MARKUP.sub("", text)) < _ACK_CHARS
 
 
-def preview(value: Any, limit: int = 80) -> str:
-    """A short one-line rendering of tool arguments or text for messages."""
+def preview(value: Any, limit: int = 80, extra: tuple[Pattern[str], ...] = ()) -> str:
+    """A short one-line rendering of tool arguments or text for messages, with
+    secrets redacted (:mod:`loopwatch.redact`; ``extra``: the user's own patterns)."""
     if value is None:
         return ""
     text = value if isinstance(value, str) else _compact(value)
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    cut = len(text) > limit + MARGIN
+    text = redact_prefix(text, limit, extra)
+    return text if len(text) <= limit and not cut else text[: limit - 3] + "..."
 
 
 def _compact(value: Any) -> str:
