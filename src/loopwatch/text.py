@@ -18,6 +18,7 @@ from .events import mask_volatile, maybe_json, normalise_text
 from .redact import MARGIN, redact_prefix
 
 __all__ = [
+    "LONG_WORD",
     "WORD",
     "args_text",
     "contentless",
@@ -29,6 +30,7 @@ __all__ = [
     "plain_words",
     "preview",
     "split_words",
+    "word_at_rest",
     "word_set",
 ]
 
@@ -71,6 +73,18 @@ def split_words(text: str) -> list[str]:
     order matters: a set's order changes with each process's string hashing, and
     state built in that order (a FIFO vocabulary) must be the same on every worker."""
     return _spaced(text).split()
+
+
+# Words this long are kept in run state by their fingerprint (word_at_rest).
+LONG_WORD: Final = 16
+
+
+def word_at_rest(word: str) -> str:
+    """A word as run state keeps it (the recent words of outputs and messages): itself,
+    or ``#`` and its fingerprint when it has 16+ characters, as the body of a key or a
+    token has (``#`` is never in a word: no two words share a key). One word, one key:
+    word sets compare as before, so no verdict changes."""
+    return word if len(word) < LONG_WORD else "#" + fingerprint(word)
 
 
 def jaccard(a: set[str], b: set[str]) -> float:
