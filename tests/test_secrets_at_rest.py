@@ -1,6 +1,7 @@
 """Nothing secret at rest: what each store holds, ``hook.log`` and every file loopwatch
 writes carry fingerprints and redacted previews, never a secret; and those files are
-private (0700 folder, 0600 files) whatever the umask.
+private (0700 folder, 0600 files) whatever the umask. (Recent words of outputs and
+messages are kept lower-cased, 16+ characters by their fingerprint.)
 
 Every covered format (tests/test_redact.py CASES) goes through the guard as a looping
 shell command with its results, so that previews are stored, warnings fire and quote
@@ -11,6 +12,7 @@ What a store holds is read back decompressed (the zstd frame's JSON) as well as 
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import stat
 from collections.abc import Iterator
@@ -22,8 +24,10 @@ import pytest
 import zstandard
 from redis_server import (  # noqa: F401 - imported fixtures are registered by pytest
     Backend,
+    RedisServer,
     prefix_fixture,
     redis_server_fixture,
+    single_redis_fixture,
 )
 from test_redact import CASES
 
@@ -39,11 +43,15 @@ POSIX = os.name == "posix"
 
 
 def calls(run: int) -> Iterator[dict[str, Any]]:
-    """Each format's command, called four times with the same result (a loop)."""
+    """Each format's command, called four times with the same result (a loop), and
+    said by the model, to another agent and back (what spend_velocity's recent words
+    and ping_pong's messages keep)."""
     for fmt, command, secret in CASES:
-        for _ in range(4):
+        for i in range(4):
             call_id = f"c{run}-{len(fmt)}-{secret[:4]}"
-            yield {"kind": "model", "text": "", "tokens": 10}
+            sender, recipient = ("planner", "coder") if i % 2 else ("coder", "planner")
+            said = f"Run this now: {command}"
+            yield {"kind": "model", "text": said, "tokens": 10, "agent": sender, "to": recipient}
             yield {"kind": "tool_call", "name": "Bash", "args": {"command": command}, "id": call_id}
             yield {"kind": "tool_result", "name": "Bash", "id": call_id, "text": "denied"}
 
@@ -220,3 +228,64 @@ def test_a_folder_the_user_chose_is_left_as_it_is(tmp_path: Path) -> None:
     assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o755
     assert stat.S_IMODE((tmp_path / "state.db").stat().st_mode) == 0o600
     store.close()
+
+
+# What the README's Security section gives a Redis user of loopwatch's own: its keys,
+# and the commands the store sends (its script calls HGET, HSET and PEXPIRE).
+ACL_RULES = (
+    "resetkeys ~loopwatch:* resetchannels -@all +evalsha +eval +hget +hset +pexpire "
+    "+hmget +del +scan +ping"
+)
+
+
+def test_a_redis_user_limited_by_acl_to_loopwatch_is_enough(
+    single_redis: RedisServer, prefix: str
+) -> None:
+    import redis
+
+    user, password = f"lw-{prefix}", "a-long-password-for-loopwatch-0123456789"
+    with single_redis.client() as admin:
+        admin.execute_command("ACL", "SETUSER", user, "on", f">{password}", *ACL_RULES.split())
+        admin.set(f"other:{prefix}", "not loopwatch's")
+    try:
+        url = f"redis://{user}:{password}@127.0.0.1:{single_redis.port}/0?prefix={prefix}"
+        guard = Guard(on_loop="warn", store=url, ttl_seconds=60)
+        messages = feed(guard)
+        assert all("unavailable" not in m and "internal error" not in m for m in messages)
+        assert len(guard.store) == 2
+        guard.reset("run-0")
+        assert len(guard.store) == 1
+        assert password not in repr(guard.store)
+        guard.close()
+        with redis.Redis(port=single_redis.port, username=user, password=password) as limited:
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                limited.get(f"other:{prefix}")
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                limited.keys("*")
+    finally:
+        with single_redis.client() as admin:
+            admin.execute_command("ACL", "DELUSER", user)
+            admin.delete(f"other:{prefix}")
+
+
+def _security_section() -> str:
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    return text[text.index("<!-- security:start -->") : text.index("<!-- security:end -->")]
+
+
+def test_the_readme_security_section_says_what_the_code_does() -> None:
+    from loopwatch import Config
+    from loopwatch.config import tomllib
+    from loopwatch.redact import compile_patterns, redact_extra
+
+    section = _security_section()
+    (toml,) = re.findall(r"```toml\n(.*?)```", section, flags=re.DOTALL)
+    config = Config.from_mapping(tomllib.loads(toml))
+    patterns = compile_patterns(config.redact_patterns)
+    assert redact_extra(f"see corp-{'ab12' * 8} and ticket=42", patterns) == (
+        "see [redacted] and ticket=[redacted]"
+    )
+    (acl,) = re.findall(r"```text\n(.*?)\n```", section, flags=re.DOTALL)
+    assert acl.endswith(ACL_RULES)
+    for example in ("Authorization: Bearer [redacted]", "sk-proj-[redacted]", "admin:[redacted]@"):
+        assert example in section
