@@ -8,9 +8,11 @@ scanners to flag). CASES is shared with the tests of what the stores keep.
 from __future__ import annotations
 
 import base64
+import json
 import random
 import re
 import string
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -18,6 +20,7 @@ from hypothesis import strategies as st
 
 from loopwatch import Config, ConfigError, Guard
 from loopwatch import redact as r
+from loopwatch.cli import main
 from loopwatch.text import preview
 
 _RNG = random.Random(29)
@@ -336,3 +339,62 @@ def test_patterns_survive_a_copy_and_the_effective_configuration() -> None:
     assert cfg.with_options({"on_loop": "warn"}).redact_patterns == ("corp-[0-9]+",)
     assert cfg.to_dict()["redact"] == {"patterns": ["corp-[0-9]+"]}
     assert re.compile(cfg.redact_patterns[0])
+
+
+# -- what the command line prints and writes -------------------------------------------------
+def _looping_runs(path: Path) -> None:
+    """One run per format: the same command four times, the same result each time
+    (which carries the secret too, as a tool echoing its input would)."""
+    with path.open("w", encoding="utf-8") as fh:
+        for n, (_, command, _) in enumerate(CASES):
+            events: list[dict[str, object]] = [{"kind": "user", "text": f"please run {command}"}]
+            for i in range(4):
+                events += [
+                    {"kind": "model", "text": f"Running {command}"},
+                    {"kind": "tool_call", "name": "Bash", "args": {"command": command},
+                     "id": f"c{i}"},
+                    {"kind": "tool_result", "name": "Bash", "id": f"c{i}", "error": True,
+                     "text": f"error: {command} failed"},
+                ]  # fmt: skip
+            meta = {"command": command}
+            fh.write(json.dumps({"run_id": f"r{n}", "meta": meta, "events": events}) + "\n")
+
+
+def _assert_shows_no_secret(where: str, text: str) -> None:
+    for fmt, _, secret in CASES:
+        assert secret not in text, f"{where} shows the {fmt}"
+
+
+def test_scan_table_json_explain_and_report_show_no_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("jinja2")
+    runs = tmp_path / "runs.jsonl"
+    _looping_runs(runs)
+    assert main(["scan", "--json", "--fail-on", "warn", str(runs)]) == 1
+    out = capsys.readouterr().out
+    assert "[redacted]" in out
+    _assert_shows_no_secret("scan --json", out)
+    assert main(["scan", str(runs)]) == 0
+    _assert_shows_no_secret("the scan table", capsys.readouterr().out)
+    for n in range(len(CASES)):
+        assert main(["scan", str(runs), "--explain", f"r{n}"]) == 0
+        _assert_shows_no_secret("--explain", capsys.readouterr().out)
+    html = tmp_path / "report.html"
+    assert main(["report", str(runs), "-o", str(html)]) == 0
+    page = html.read_text(encoding="utf-8")
+    assert "[redacted]" in page
+    _assert_shows_no_secret("the HTML report", page)
+
+
+def test_a_bad_pattern_in_loopwatch_toml_exits_2_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = tmp_path / "loopwatch.toml"
+    conf.write_text('[redact]\npatterns = ["corp-[0-9"]\n', encoding="utf-8")
+    runs = tmp_path / "runs.jsonl"
+    _looping_runs(runs)
+    assert main(["scan", "--config", str(conf), str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert f"[redact] patterns[0] in {conf} is not a valid regular expression" in err
+    assert "Traceback" not in err
