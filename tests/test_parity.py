@@ -7,16 +7,23 @@ however long the run.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
+import orjson
+from conftest import load_scenarios
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_redact import CASES
 
-from loopwatch import Config, Guard, scan
+from loopwatch import Config, Guard, read_runs, scan
 from loopwatch.engine import Engine, new_state
 from loopwatch.events import Event
+from loopwatch.hooks._dispatch import handle
 from loopwatch.scan import _breakdown
 from loopwatch.state import RunState
+from loopwatch.traces import InputError
 
 PLAN = (
     "I will analyze the requirements, then consider the options, and choose the most "
@@ -130,3 +137,124 @@ def test_state_stays_bounded(run_events: list[dict[str, Any]]) -> None:
             engine.step(state, Event.from_dict(ev))
     assert len(state.to_bytes()) < 64_000
     assert len(state.calls) <= 32
+
+
+# -- redaction: the same message through every door, and never a different verdict -------
+_SEVERITY = {"ok": 0, "warn": 1, "skip": 2, "stop": 3}
+
+
+def _hook_message(stdout: str) -> str:
+    """The message a Claude Code hook answer hands the agent ("" for none)."""
+    if not stdout.strip():
+        return ""
+    out = orjson.loads(stdout)
+    specific = out.get("hookSpecificOutput", {})
+    return str(specific.get("permissionDecisionReason") or specific.get("additionalContext") or "")
+
+
+def test_a_call_with_a_secret_reads_the_same_in_the_guard_the_hooks_and_the_scan(
+    tmp_path: Path,
+) -> None:
+    """Each covered format in a looping shell command: the hooks (state in SQLite, as
+    ``loopwatch install claude-code`` sets them up), a guard fed the events the hooks
+    feed, and the scan of that run quote the call alike, and never its secret."""
+    config = Config.from_mapping({"on_loop": "warn"})
+    for n, (fmt, command, secret) in enumerate(CASES):
+        store = f"sqlite://{tmp_path / f'state-{n}.db'}"
+        guard = Guard(config)
+        events: list[dict[str, Any]] = []
+        for i in range(5):
+            call = {"session_id": "s", "cwd": str(tmp_path), "tool_name": "Bash",
+                    "tool_input": {"command": command}, "tool_use_id": f"u{i}"}  # fmt: skip
+            result = {"stdout": "permission denied", "stderr": ""}
+            for payload, fed in (
+                (
+                    {**call, "hook_event_name": "PreToolUse"},
+                    [{"kind": "model", "unknown": ["text"]},
+                     {"kind": "tool_call", "name": "Bash", "args": {"command": command},
+                      "id": f"u{i}"}],
+                ),
+                (
+                    {**call, "hook_event_name": "PostToolUse", "tool_response": result},
+                    [{"kind": "tool_result", "name": "Bash", "id": f"u{i}",
+                      "text": orjson.dumps(result).decode()}],
+                ),
+            ):  # fmt: skip
+                hook = handle("claude-code", payload, lambda p, url=store: Guard(config, store=url))
+                verdicts = [guard.observe("r", ev) for ev in fed]
+                events.extend(fed)
+                worst = max(verdicts, key=lambda v: _SEVERITY[str(v.action)])
+                expected = worst.message if worst.action != "ok" else ""
+                assert _hook_message(hook.stdout) == (expected or ""), fmt
+                assert secret not in hook.stdout, fmt
+        report = scan({"run_id": "r", "events": events}, config)
+        assert any("Bash(" in f.message for f in report.findings), fmt  # the call is quoted
+        replayed = Guard(config)
+        messages = {
+            f.message for ev in events for f in replayed.observe("r", ev).findings
+        }  # fmt: skip
+        assert {f.message for f in report.findings} <= messages, fmt
+        assert not any(secret in m for m in messages), fmt
+
+
+def _verdicts(config: Config, runs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    out = []
+    for run in runs:
+        report = scan(run, config)
+        out.append(
+            (
+                report.verdict,
+                report.score,
+                report.first_warn,
+                report.first_stop,
+                [(f.detector, f.severity, f.step, f.steps, f.pattern) for f in report.findings],
+            )
+        )
+    return out
+
+
+def _replay_runs() -> list[dict[str, Any]]:
+    """The conformance scenarios and, when it is here, the recorded corpus."""
+    runs = (
+        load_scenarios()
+        + load_scenarios("intent.jsonl")
+        + load_scenarios("semantic_scenarios.jsonl")
+    )
+    corpus = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+    if not corpus.is_dir():
+        corpus = Path("/work/shared/corpus")
+    paths = sorted(str(p) for p in corpus.glob("*.jsonl"))
+    runs += [r.to_dict() for r in read_runs(paths) if not isinstance(r, InputError)]
+    return runs
+
+
+def test_redaction_never_changes_a_verdict_on_a_corpus_replay() -> None:
+    """Redaction shapes only what is shown: a pattern that redacts every word of every
+    preview and message leaves every verdict, score, first warning and stop, and every
+    finding's detector, severity, steps and pattern as they were."""
+    runs = _replay_runs()
+    plain = Config.from_mapping({"on_loop": "warn"})
+    everything = Config.from_mapping({"on_loop": "warn", "redact": {"patterns": [r"\w+"]}})
+    assert _verdicts(plain, runs) == _verdicts(everything, runs)
+    shown = [f.message for run in runs[:40] for f in scan(run, everything).findings]
+    assert shown and not any(re.search(r"\w", m.replace("redacted", "")) for m in shown)
+
+
+def test_fingerprints_read_the_original_values_not_the_redacted_preview() -> None:
+    """Two calls that differ only by their secret look alike once redacted, and are
+    still two different calls: the same command with a new token each time is not
+    one call repeated, the same token each time is."""
+
+    def run(tokens: list[str]) -> str:
+        events = []
+        for i, token in enumerate(tokens):
+            events += [
+                {"kind": "tool_call", "name": "Bash", "id": f"c{i}",
+                 "args": {"command": f"curl -H 'Authorization: Bearer {token}' https://x"}},
+                {"kind": "tool_result", "name": "Bash", "id": f"c{i}", "text": "401"},
+            ]  # fmt: skip
+        return scan({"run_id": "r", "events": events}).verdict
+
+    fresh = [f"tok{i}x{'7' * 20}" for i in range(6)]
+    assert run([fresh[0]] * 6) == "stop"
+    assert run(fresh) != "stop"

@@ -20,6 +20,7 @@ from loopwatch.events import Event
 from loopwatch.findings import Severity
 from loopwatch.scan import Scanner
 from loopwatch.state import RunState
+from loopwatch.text import fingerprint
 
 SCENARIOS = {r["run_id"]: r for r in load_scenarios("semantic_scenarios.jsonl")}
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -238,7 +239,12 @@ _PUNCT = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
 
 
 def _reference_is_new(vocab: dict[str, int], text: str, min_new: int, ratio: float) -> bool:
-    words = "".join(" " if c in _PUNCT else c for c in text[:400].lower()).split()
+    # the state keeps a word of 16+ characters by its fingerprint (it may be a secret):
+    # one key per word, so the counts below are those of the words themselves
+    words = [
+        w if len(w) < 16 else "#" + fingerprint(w)
+        for w in "".join(" " if c in _PUNCT else c for c in text[:400].lower()).split()
+    ]
     if not words:
         return False
     distinct = list(dict.fromkeys(words))
@@ -253,7 +259,22 @@ def _reference_is_new(vocab: dict[str, int], text: str, min_new: int, ratio: flo
 # ASCII words and punctuation, the separators str.split counts as white space, and
 # letters whose lower case is ASCII (KELVIN SIGN) or longer (İ).
 _TEXT = st.lists(
-    st.sampled_from(["the", "The", "THE", "plan", "tests", "run", "a", "b", "c", "x1"])
+    st.sampled_from(
+        [
+            "the",
+            "The",
+            "THE",
+            "plan",
+            "tests",
+            "run",
+            "a",
+            "b",
+            "c",
+            "x1",
+            "sk-proj-AbC123dEf456GhI789",
+            "eyJhbGciOiJIUzI1NiIsInR5cCI6",
+        ]
+    )
     | st.sampled_from([" ", "  ", "\n", "\t", "\x1c", "\x1f", "\x85", "\xa0", ".", "-", "_"])
     | st.sampled_from(["\u212a", "İ", "é", "Ünïcode", "日本"])
     | st.text(max_size=6),

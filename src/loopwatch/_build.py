@@ -28,6 +28,7 @@ __all__ = ["COMPILED", "compiled", "describe", "force_pure", "pure_requested"]
 # the default detectors' per-event update. setup.py compiles exactly these.
 COMPILED: tuple[str, ...] = (
     "loopwatch.events",
+    "loopwatch.redact",
     "loopwatch.text",
     "loopwatch.state",
     "loopwatch.engine",

@@ -160,7 +160,7 @@ def _cmd_explain(args: argparse.Namespace, config: Config) -> int:
             if isinstance(report, ScanFailure):
                 print(report, file=sys.stderr)
                 return 2
-            explain(item.events, report, Console())
+            explain(item.events, report, Console(), extra=scanner.engine.redact)
             return 0
     print(f"loopwatch: no run {args.explain!r} in {', '.join(args.paths)}", file=sys.stderr)
     return 2

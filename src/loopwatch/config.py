@@ -14,6 +14,9 @@ Shape (TOML)::
     enabled = true              # off by default
     per_tool = { get_job_status = [40, 0] }   # 0 = never
 
+    [redact]                    # secrets are redacted from previews and messages;
+    patterns = ["corp-[0-9a-f]{32}"]   # these regexes too (a group named secret: that part)
+
 Every detector section accepts ``enabled`` and the detector's own parameters;
 an unknown key is an error that names the valid ones.
 """
@@ -32,6 +35,7 @@ from urllib.parse import parse_qs, urlparse
 from .detectors import Detector, DetectorSet, registered
 from .embeddings import semantic_unavailable_reason
 from .policy import ON_LOOP_CHOICES
+from .redact import compile_patterns
 from .stores import SCHEMES, scheme_of
 
 if sys.version_info >= (3, 11):
@@ -80,6 +84,7 @@ class Config:
     exempt_tools: tuple[str, ...] = ()
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
     source: str | None = None
+    redact_patterns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.ttl_seconds, str):
@@ -122,6 +127,8 @@ class Config:
                 )
             elif key == "exempt_tools":
                 self.exempt_tools = _tool_names(f"exempt_tools{where}", value)
+            elif key == "redact":
+                self.redact_patterns = _redact_patterns(where, value)
             elif key == "ttl_seconds":
                 self.ttl_seconds = (
                     None if value is None else _duration(f"ttl_seconds{where}", value)
@@ -129,7 +136,7 @@ class Config:
             elif key in _TOP_KEYS:
                 setattr(self, key, value)
             else:
-                valid = sorted(_TOP_KEYS | set(DETECTORS))
+                valid = sorted(_TOP_KEYS | set(DETECTORS) | {"redact"})
                 raise ConfigError(
                     f"unknown configuration key {key!r}{where}; valid keys: {', '.join(valid)}"
                 )
@@ -170,6 +177,8 @@ class Config:
             )
         for name, section in self.sections.items():
             _check_section(name, section, where)
+        if self.redact_patterns:
+            self.redact_patterns = _redact_patterns(where, {"patterns": self.redact_patterns})
 
     def with_options(self, options: Mapping[str, Any]) -> Config:
         """A copy of this configuration with keyword overrides merged in."""
@@ -182,6 +191,7 @@ class Config:
             exempt_tools=self.exempt_tools,
             sections={k: dict(v) for k, v in self.sections.items()},
             source=self.source,
+            redact_patterns=self.redact_patterns,
         )
         copy.update(options)
         return copy
@@ -235,6 +245,7 @@ class Config:
             "ttl_seconds": self.ttl_seconds,
             "on_store_error": self.on_store_error,
             "exempt_tools": list(self.exempt_tools),
+            "redact": {"patterns": list(self.redact_patterns)},
         }
         for name, (factory, default_on) in DETECTORS.items():
             defaults = _defaults(factory)
@@ -363,6 +374,40 @@ def _tool_names(where: str, value: Any) -> tuple[str, ...]:
     if not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where} must be a list of tool names (strings), not {value!r}")
     return tuple(sorted(set(value)))
+
+
+def _redact_patterns(where: str, value: Any) -> tuple[str, ...]:
+    """``[redact] patterns``: a list of regular expressions, each compiled now, so a bad
+    one is refused at load time with the key, its position and the regex error."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"[redact]{where} must be a table (patterns = [...]), not {value!r}")
+    for sub in value:
+        if sub != "patterns":
+            raise ConfigError(f"unknown key {sub!r} in [redact]{where}; valid keys: patterns")
+    patterns = value.get("patterns", [])
+    if isinstance(patterns, (str, bytes, Mapping)) or not isinstance(patterns, (list, tuple)):
+        raise ConfigError(
+            f"[redact] patterns{where} must be a list of regular expressions, not {patterns!r}"
+        )
+    for i, pattern in enumerate(patterns):
+        if not isinstance(pattern, str) or not pattern:
+            raise ConfigError(
+                f"[redact] patterns[{i}]{where} must be a non-empty regular expression "
+                f"(a string), not {pattern!r}"
+            )
+        try:
+            (compiled,) = compile_patterns([pattern])
+        except re.error as exc:
+            raise ConfigError(
+                f"[redact] patterns[{i}]{where} is not a valid regular expression "
+                f"{pattern!r}: {exc}"
+            ) from None
+        if compiled.fullmatch(""):
+            raise ConfigError(
+                f"[redact] patterns[{i}]{where} {pattern!r} matches the empty string; "
+                "it must match the secret itself"
+            )
+    return tuple(patterns)
 
 
 def _duration(where: str, value: Any) -> float:

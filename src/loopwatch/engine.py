@@ -11,6 +11,7 @@ of call records, a few counters, and each detector's own bounded slot.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from re import Pattern
 from typing import Final
 
 from mypy_extensions import mypyc_attr
@@ -27,6 +28,7 @@ from .events import (
     reflection_tool,
 )
 from .findings import Finding, Severity
+from .redact import compile_patterns, redact, redact_extra
 from .state import CallRecord, RunState
 from .text import args_text, fingerprint, negative, preview, specifics
 
@@ -55,7 +57,12 @@ def new_state() -> RunState:
 class Engine:
     """Runs a set of detectors over one run's events, step by step."""
 
-    def __init__(self, detectors: Iterable[Detector], exempt_tools: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        detectors: Iterable[Detector],
+        exempt_tools: Iterable[str] = (),
+        redact_patterns: Iterable[str] = (),
+    ) -> None:
         self.detectors = tuple(detectors)
         names = [d.name for d in self.detectors]
         if len(set(names)) != len(names):
@@ -72,6 +79,9 @@ class Engine:
             for kind in det.kinds:
                 by_kind.setdefault(kind, []).append(det)
         self._by_kind = {k: tuple(v) for k, v in by_kind.items()}
+        # The user's redaction patterns ([redact] patterns), on top of the built-in
+        # ones that every preview applies: for the stored previews and the messages.
+        self.redact = compile_patterns(redact_patterns)
 
     def _quiet(self, event: Event) -> bool:
         """Whether a call is invisible to the detectors: a tool the user exempted, or
@@ -120,7 +130,7 @@ class Engine:
             if _brings_news(state, event):
                 state.news_step = step
         if kind == TOOL_CALL:
-            call = _record_call(state, event, step)
+            call = _record_call(state, event, step, self.redact)
         elif kind == TOOL_RESULT:
             if event.id is not None:
                 if state.pending.get(event.id) == -1:
@@ -161,10 +171,26 @@ class Engine:
                 if len(warned) > _WARNED_MAX:
                     del warned[next(iter(warned))]
             findings.append(found)
+        if findings and self.redact:
+            findings = [_redacted(f, self.redact) for f in findings]
         return findings
 
 
-def _record_call(state: RunState, event: Event, step: int) -> CallRecord:
+def _redacted(found: Finding, extra: tuple[Pattern[str], ...]) -> Finding:
+    """A finding whose message went through the user's redaction patterns."""
+    return Finding(
+        found.detector,
+        found.severity,
+        found.step,
+        found.steps,
+        redact_extra(found.message, extra),
+        found.pattern,
+    )
+
+
+def _record_call(
+    state: RunState, event: Event, step: int, extra: tuple[Pattern[str], ...]
+) -> CallRecord:
     """Append the call to the shared window; mark it novel if its key is new there."""
     norm = event.norm_key
     seen = state.seen
@@ -173,7 +199,7 @@ def _record_call(state: RunState, event: Event, step: int) -> CallRecord:
         state.epoch += 1
     seen[norm] = seen.get(norm, 0) + 1
     rec = CallRecord(
-        step, event.call_key, norm, event.name or "", novel, _args_preview(event), state.turn
+        step, event.call_key, norm, event.name or "", novel, _args_preview(event, extra), state.turn
     )
     calls = state.calls
     calls.append(rec)
@@ -207,13 +233,16 @@ def _note_seen(state: RunState, key: str) -> bool:
     return new
 
 
-def _args_preview(event: Event) -> str:
+def _args_preview(event: Event, extra: tuple[Pattern[str], ...]) -> str:
+    """The arguments as messages quote them and the run state keeps them: short, with
+    secrets redacted (the call's fingerprints are computed on the original values)."""
     if not event.args_known:
         return "arguments not recorded"
     raw = event.args_json
     if len(raw) <= 80:
-        return raw.decode("utf-8", "replace")
-    return preview(raw[:200].decode("utf-8", "ignore"))
+        text = redact(raw.decode("utf-8", "replace"))
+        return redact_extra(text, extra) if extra else text
+    return preview(raw[:200].decode("utf-8", "ignore"), extra=extra)
 
 
 def _record_result(state: RunState, event: Event, step: int) -> CallRecord | None:

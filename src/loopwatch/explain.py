@@ -9,6 +9,7 @@ are folded: only the events near a finding are shown, with a count of those skip
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from re import Pattern
 from typing import Any
 
 from rich.console import Console
@@ -25,26 +26,31 @@ _GLYPH = {"model": "M", "tool_call": "→", "tool_result": "←", "user": "U", "
 _CONTEXT = 3  # events shown around evidence when folding
 
 
-def _describe(event: Mapping[str, Any]) -> str:
+def _describe(event: Mapping[str, Any], extra: tuple[Pattern[str], ...] = ()) -> str:
+    """One event's line: its arguments or the start of its text, secrets redacted."""
     kind = event.get("kind")
     who = event.get("agent")
     if kind == "tool_call":
-        return f"{event.get('name')}({preview(event.get('args'), 70)})"
+        return f"{event.get('name')}({preview(event.get('args'), 70, extra)})"
+    limit = 80 if kind == "tool_result" else 70 if kind == "span" else 90
+    text = preview(event.get("text"), limit, extra)
     if kind == "tool_result":
         err = " ERROR" if event.get("error") else ""
-        return f"{event.get('name') or ''}{err}: {preview(event.get('text'), 80)!r}"
+        return f"{event.get('name') or ''}{err}: {text!r}"
     if kind == "span":
-        return (
-            f"{event.get('type') or 'span'} {event.get('name')}: {preview(event.get('text'), 70)!r}"
-        )
-    text = preview(event.get("text"), 90)
+        return f"{event.get('type') or 'span'} {event.get('name')}: {text!r}"
     return f"{who}: {text!r}" if who else repr(text)
 
 
 def explain(
-    events: Sequence[Mapping[str, Any]], report: Report, console: Console, fold: bool = True
+    events: Sequence[Mapping[str, Any]],
+    report: Report,
+    console: Console,
+    fold: bool = True,
+    extra: tuple[Pattern[str], ...] = (),
 ) -> None:
-    """Print the timeline of one run and why it was flagged."""
+    """Print the timeline of one run and why it was flagged (arguments and texts with
+    secrets redacted; ``extra``: the configuration's own patterns)."""
     style = {"ok": "green", "warn": "yellow", "stop": "bold red"}[report.verdict]
     console.print(
         Text.assemble(
@@ -87,7 +93,7 @@ def explain(
         elif i == report.first_warn:
             marker = " [yellow]◀ WARN[/]"
         line = Text(f"{mark}{i:>5} {_GLYPH.get(str(event.get('kind')), '?')} ")
-        line.append(_describe(event), style=colour or "")
+        line.append(_describe(event, extra), style=colour or "")
         console.print(line, end="")
         console.print(marker)
         for message in fired.get(i, []):

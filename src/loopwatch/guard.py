@@ -25,6 +25,7 @@ from .engine import Engine, new_state
 from .events import KINDS, Event
 from .findings import Action, StoreUnavailable, Verdict
 from .policy import Policy, Step
+from .redact import redact
 from .stores import SCHEMES, Store, scheme_of, store_from_url
 from .stores.base import State
 
@@ -79,7 +80,7 @@ class Guard:
         dets: tuple[Detector, ...] = (
             tuple(detectors) if detectors is not None else tuple(cfg.detectors())
         )
-        self.engine = Engine(dets, cfg.exempt_tools)
+        self.engine = Engine(dets, cfg.exempt_tools, cfg.redact_patterns)
         self.policy = Policy(cfg.on_loop)  # type: ignore[arg-type]
         if isinstance(store, Store):
             self.store = store
@@ -208,12 +209,13 @@ class Guard:
         with self._outage_lock:
             first = not self._outage
             self._outage = True
+        reason = redact(str(exc))  # a store's error may quote its URL and password
         if first:
-            log.warning("loopwatch: state store unavailable (%s); letting steps through", exc)
+            log.warning("loopwatch: state store unavailable (%s); letting steps through", reason)
         return Verdict(
             Action.OK,
             -1,
-            message=f"[loopwatch] state store unavailable: {exc}",
+            message=f"[loopwatch] state store unavailable: {reason}",
             state_available=False,
         )
 
@@ -221,7 +223,7 @@ class Guard:
         """A bug in loopwatch (or a detector of the user's) must not take the agent
         down: log it with its traceback, once per kind of error, and let the step
         through. The offline scan does not do this, so tests still see the error."""
-        key = f"{type(exc).__name__}: {exc}"[:200]
+        key = redact(f"{type(exc).__name__}: {exc}"[:200])  # it may quote an event
         with self._outage_lock:
             first = key not in self._errors_logged
             if first and len(self._errors_logged) < 100:

@@ -196,7 +196,9 @@ class Scanner:
     ) -> None:
         self.config = config if config is not None else _discovered_config()
         self.engine = Engine(
-            self.config.detectors() if detectors is None else detectors, self.config.exempt_tools
+            self.config.detectors() if detectors is None else detectors,
+            self.config.exempt_tools,
+            self.config.redact_patterns,
         )
         self.policy = Policy(self.config.on_loop)  # type: ignore[arg-type]
 

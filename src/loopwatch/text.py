@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from re import Pattern
 from typing import Any, Final
 
 import xxhash
 
 from .events import mask_volatile, maybe_json, normalise_text
+from .redact import MARGIN, redact_prefix
 
 __all__ = [
+    "LONG_WORD",
     "WORD",
     "args_text",
     "contentless",
@@ -29,6 +32,7 @@ __all__ = [
     "preview",
     "specifics",
     "split_words",
+    "word_at_rest",
     "word_set",
 ]
 
@@ -71,6 +75,18 @@ def split_words(text: str) -> list[str]:
     order matters: a set's order changes with each process's string hashing, and
     state built in that order (a FIFO vocabulary) must be the same on every worker."""
     return _spaced(text).split()
+
+
+# Words this long are kept in run state by their fingerprint (word_at_rest).
+LONG_WORD: Final = 16
+
+
+def word_at_rest(word: str) -> str:
+    """A word as run state keeps it (the recent words of outputs and messages): itself,
+    or ``#`` and its fingerprint when it has 16+ characters, as the body of a key or a
+    token has (``#`` is never in a word: no two words share a key). One word, one key:
+    word sets compare as before, so no verdict changes."""
+    return word if len(word) < LONG_WORD else "#" + fingerprint(word)
 
 
 def jaccard(a: set[str], b: set[str]) -> float:
@@ -151,13 +167,16 @@ def specifics(text: str) -> list[str]:
     return list(out)
 
 
-def preview(value: Any, limit: int = 80) -> str:
-    """A short one-line rendering of tool arguments or text for messages."""
+def preview(value: Any, limit: int = 80, extra: tuple[Pattern[str], ...] = ()) -> str:
+    """A short one-line rendering of tool arguments or text for messages, with
+    secrets redacted (:mod:`loopwatch.redact`; ``extra``: the user's own patterns)."""
     if value is None:
         return ""
     text = value if isinstance(value, str) else _compact(value)
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    cut = len(text) > limit + MARGIN
+    text = redact_prefix(text, limit, extra)
+    return text if len(text) <= limit and not cut else text[: limit - 3] + "..."
 
 
 def _compact(value: Any) -> str:

@@ -8,6 +8,7 @@ import xxhash
 
 from ..events import MODEL, TOOL_CALL, TOOL_RESULT, USER
 from ..findings import Finding, Severity
+from ..redact import redact
 from ..state import DetectorState
 from ..text import split_words
 from .base import Context, Detector, preview, severity_for, trim
@@ -178,7 +179,8 @@ class RestatedReply(Detector):
             if ev.to is not None and ev.to.lower() != "user":
                 return None  # a message to another agent, not a reply
             if ev.text_known and ev.text and not ev.text.isspace():
-                st.pending = ev.text[:_REPLY_CHARS]
+                # kept in the run state until the user's turn: secrets redacted
+                st.pending = redact(ev.text[:_REPLY_CHARS])
             return None
         if kind == TOOL_CALL:
             st.pending = None  # the agent acted: its text before the call is no reply

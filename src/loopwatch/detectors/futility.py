@@ -130,9 +130,7 @@ class Futility(Detector):
         if ev.error:
             return self._futile(ctx, st, _SAME, tool) if seen else None
         if seen and not (
-            contentless(ev.text)
-            and not negative(ev.text)
-            and (rec is None or _new_exact(ctx, rec))
+            contentless(ev.text) and not negative(ev.text) and (rec is None or _new_exact(ctx, rec))
         ):
             # A bare "ok" from a new call is an edit that went through; "No results
             # found." from a new wording of the same search is not progress.

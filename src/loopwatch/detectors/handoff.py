@@ -7,8 +7,9 @@ from typing import Any, Final, final
 from ..embeddings import Comparer, Embedder, EmbeddingCache, resolve_embedder
 from ..events import MODEL, SPAN
 from ..findings import Finding, Severity
+from ..redact import redact
 from ..state import DetectorState, Record, dump_map, load_map
-from ..text import WORD, fingerprint
+from ..text import WORD, fingerprint, word_at_rest
 from .base import Context, Detector, preview, severity_for, trim
 
 __all__ = ["PingPong"]
@@ -31,7 +32,9 @@ _AGENT_SPANS: Final = frozenset({"agent", "handoff", "subagent", "sub_agent", "c
 
 def _content(text: str) -> dict[str, int]:
     """A message's content words (JSON-serialisable, set-like keys)."""
-    return dict.fromkeys((w for w in WORD.findall(text.lower()) if w not in _FILLER), 1)
+    return dict.fromkeys(
+        (word_at_rest(w) for w in WORD.findall(text.lower()) if w not in _FILLER), 1
+    )
 
 
 def _overlap(a: dict[str, int], b: dict[str, int]) -> float:
@@ -54,8 +57,9 @@ class Message(Record):
     def __init__(self, sender: str, fp: str, text: str, words: dict[str, int]) -> None:
         self.sender = sender
         self.fp = fp  # fingerprint of the text
-        self.text = text  # clipped
-        self.words = words  # content words (dict keys: a set that serialises)
+        self.text = text  # clipped and redacted; "" unless embeddings compare messages
+        self.words = words  # content words (dict keys: a set that serialises; long ones
+        # by their fingerprint: text.word_at_rest)
 
 
 @final
@@ -189,7 +193,9 @@ class PingPong(Detector):
             entry = Exchange(mark)
         words = _content(text)
         fp = fingerprint(text)
-        restates = any(self._same(old, fp, text, words) for old in entry.recent)
+        # the text is kept (redacted) only for the embeddings to compare with
+        kept = redact(text) if self._compare is not None else ""
+        restates = any(self._same(old, fp, kept, words) for old in entry.recent)
         if restates:
             entry.n += 1
             if sender not in entry.who:
@@ -201,7 +207,7 @@ class PingPong(Detector):
             entry.who = []
             entry.steps = [ctx.step]
         recent = entry.recent
-        recent.append(Message(sender, fp, text, words))
+        recent.append(Message(sender, fp, kept, words))
         trim(recent, _RECENT)
         pairs[pair] = entry
         if len(pairs) > _PAIRS_MAX:

@@ -54,6 +54,7 @@ from typing import Any, Final, final
 from ..embeddings import Comparer, Embedder, EmbeddingCache, SemanticUnavailable, resolve_embedder
 from ..events import MODEL, TOOL_CALL, TOOL_RESULT, USER
 from ..findings import Finding, Severity
+from ..redact import redact
 from ..state import DetectorState, Record, dump_map, load_map
 from ..text import args_text, fingerprint
 from .base import Context, Detector, note_novelty, preview, severity_for, trim
@@ -78,7 +79,7 @@ class Channel(Record):
     def __init__(self, fp: str, text: str, mark: int, step: int) -> None:
         self.count = 1  # texts in a row meaning the same
         self.fp = fp  # fingerprint of the last text
-        self.text = text  # the last text, clipped
+        self.text = text  # the last text, clipped and redacted
         self.mark = mark  # the novelty mark it was compared under
         self.steps = [step]  # evidence
         self.call = step  # event index of the last text (its call, for tool arguments)
@@ -222,6 +223,8 @@ class Semantic(Detector):
     ) -> Finding | None:
         chans = st.channels[channel]
         fp = fingerprint(text)
+        # compared and kept redacted: the last text of each channel is stored
+        text = redact(text)
         entry = chans.pop(key, None)
         if (
             entry is not None

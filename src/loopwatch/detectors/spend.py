@@ -22,7 +22,7 @@ from typing import Any, Final, final
 from ..events import KINDS, MODEL
 from ..findings import Finding, Severity
 from ..state import DetectorState
-from ..text import split_words
+from ..text import LONG_WORD, split_words, word_at_rest
 from .base import Context, Detector, note_novelty, trim
 
 __all__ = [
@@ -52,7 +52,8 @@ class SpendState(DetectorState):
         self.cost = 0.0  # cost since then
         self.start = 0  # event index of the first quiet spending step
         self.steps: list[int] = []  # evidence: the last few quiet spending steps
-        self.vocab: dict[str, int] = {}  # recent output words (FIFO, at most 256)
+        self.vocab: dict[str, int] = {}  # recent output words (FIFO, at most 256; long
+        # ones by their fingerprint: text.word_at_rest)
 
 
 @final
@@ -139,6 +140,8 @@ class SpendVelocity(Detector):
         # First in, first out: a word seen long ago may count as new again (lenient).
         fresh = 0
         for w in words:
+            if len(w) >= LONG_WORD:  # kept by its fingerprint: it may be a secret
+                w = word_at_rest(w)
             if w not in vocab:
                 vocab[w] = 1
                 fresh += 1

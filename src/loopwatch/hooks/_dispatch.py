@@ -78,13 +78,18 @@ def state_dir() -> Path:
 
 
 def _log_failure(agent: str, what: str) -> None:
-    """One line in ``hook.log`` beside the state file; never raises."""
+    """One line in ``hook.log`` beside the state file (0600, secrets redacted: an
+    error may quote a payload or a store URL); never raises."""
     try:
+        from ..redact import redact
+        from ..stores.sqlite import open_private, private_folder
+
         folder = state_dir()
-        folder.mkdir(parents=True, exist_ok=True)
+        private_folder(folder)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        line = " ".join(what.split())[:2000]
-        with open(folder / "hook.log", "a", encoding="utf-8") as fh:
+        line = redact(" ".join(what.split())[:2000])
+        fd = open_private(folder / "hook.log", os.O_WRONLY | os.O_APPEND)
+        with open(fd, "a", encoding="utf-8") as fh:
             fh.write(f"{stamp} loopwatch hook {agent}: {line}; call let through\n")
     except Exception:
         pass

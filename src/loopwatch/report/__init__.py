@@ -46,6 +46,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -66,6 +67,7 @@ from markupsafe import Markup
 
 from ..config import Config
 from ..findings import Severity
+from ..redact import compile_patterns, redact_prefix
 from ..scan import Report, Scanner
 from ..traces import InputError, TraceRun, parse_run
 
@@ -176,6 +178,7 @@ def write_report(
     target = os.fspath(path)
     scanner: Scanner | None = None
     totals = _Totals()
+    extra = compile_patterns(config.redact_patterns) if config is not None else ()
     directory = os.path.dirname(os.path.abspath(target))
     with tempfile.TemporaryFile() as rows, tempfile.TemporaryFile() as details:
         for item in items:
@@ -192,7 +195,7 @@ def write_report(
                 run, report = item, scanner.scan(item.to_dict())
             else:
                 run, report = item
-            row, detail, spend = _records(totals.runs, run, report, preview_chars)
+            row, detail, spend = _records(totals.runs, run, report, preview_chars, extra)
             if totals.runs:
                 rows.write(b",\n")
             rows.write(row)
@@ -225,9 +228,16 @@ def write_report(
 
 # -- per-run records -------------------------------------------------------------------
 def _records(
-    index: int, run: TraceRun, report: Report, preview_chars: int
+    index: int,
+    run: TraceRun,
+    report: Report,
+    preview_chars: int,
+    extra: tuple[re.Pattern[str], ...] = (),
 ) -> tuple[bytes, bytes, _Spend]:
     """The run's table row and detail line (events, findings) as HTML-safe JSON, and its spend.
+
+    Arguments, texts and the run's metadata are shown redacted (:mod:`loopwatch.redact`,
+    ``extra``: the configuration's own patterns): a report is shared more than a trace.
 
     One pass over the events builds the timeline marks and sums the spend: at
     10,000 runs this loop is most of the report's own cost.
@@ -247,16 +257,19 @@ def _records(
             mark["n"] = _clip(name if isinstance(name, str) else _json_text(name), 120)
         args = event.get("args")
         if args is not None:
-            mark["a"] = _clip(args if isinstance(args, str) else _json_text(args), preview_chars)
+            shown = redact_prefix(
+                args if isinstance(args, str) else _json_text(args), preview_chars, extra
+            )
+            mark["a"] = _clip(shown, preview_chars)
         text = event.get("text")
         if text is not None:
             if not isinstance(text, str):
                 text = _json_text(text)
             if len(text) > preview_chars:
-                mark["t"] = text[:preview_chars]
+                mark["t"] = redact_prefix(text, preview_chars, extra)[:preview_chars]
                 mark["tl"] = len(text)
             else:
-                mark["t"] = text
+                mark["t"] = redact_prefix(text, preview_chars, extra)
         if event.get("error") is True:
             mark["er"] = 1
         tokens = event.get("tokens")
@@ -314,7 +327,7 @@ def _records(
         ],
     }
     if run.meta:
-        detail["m"] = _clip(_json_text(run.meta), 1000)
+        detail["m"] = _clip(redact_prefix(_json_text(run.meta), 1000, extra), 1000)
     source = f"{run.path}:{run.line}" if run.line is not None else run.path
     if source:
         detail["src"] = source

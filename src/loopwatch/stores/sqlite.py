@@ -19,6 +19,14 @@ fresh state and logged; a file that is not a SQLite database is moved aside
 
 Serialisation lives in :func:`_dump` / :func:`_load` only, so the state's encoding
 can change in one place.
+
+Private files (POSIX): the state holds which tools a user's agents ran, with what
+(redacted) arguments, so the folder loopwatch creates is 0700 and the database, its
+WAL and shared-memory files and ``hook.log`` are 0600, whatever the umask. SQLite
+gives the WAL and shm files the database file's mode, so the database is created
+(or tightened) first. loopwatch's own folder (``$XDG_STATE_HOME/loopwatch``) found
+open to others is tightened, and the change logged; a folder the user chose
+(``LOOPWATCH_STATE``, ``sqlite:///path``) is left as it is, its files still 0600.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from ..findings import StoreUnavailable
 from ..state import RunState
 from .base import State, Store
 
-__all__ = ["SqliteStore", "default_state_path"]
+__all__ = ["SqliteStore", "default_state_path", "open_private", "private_folder"]
 
 T = TypeVar("T")
 log = logging.getLogger("loopwatch")
@@ -70,10 +78,74 @@ def default_state_path() -> Path:
     explicit = os.environ.get("LOOPWATCH_STATE")
     if explicit:
         return Path(explicit).expanduser()
+    return _own_folder() / "state.db"
+
+
+def _own_folder() -> Path:
+    """loopwatch's own state folder, ``$XDG_STATE_HOME/loopwatch``."""
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(
         os.path.expanduser("~"), ".local", "state"
     )
-    return Path(base) / "loopwatch" / "state.db"
+    return Path(base) / "loopwatch"
+
+
+_POSIX: Final = os.name == "posix"
+_FOLDER_MODE: Final = 0o700
+_FILE_MODE: Final = 0o600
+
+
+def private_folder(folder: Path) -> None:
+    """Create ``folder`` (and its parents) readable by its owner only (0700, whatever
+    the umask). If it exists and is loopwatch's own folder, tighten it when others
+    can read it (logged); a folder the user chose is left as it is."""
+    if not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True, mode=_FOLDER_MODE)
+        if _POSIX:
+            os.chmod(folder, _FOLDER_MODE)
+        return
+    if not _POSIX:
+        return
+    mode = folder.stat().st_mode & 0o777
+    if mode & 0o077 and _same_path(folder, _own_folder()):
+        os.chmod(folder, mode & ~0o077)
+        log.warning(
+            "loopwatch: %s was open to other users (%s); made it private (%s)",
+            folder,
+            oct(mode),
+            oct(mode & ~0o077),
+        )
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def open_private(path: Path, flags: int) -> int:
+    """``os.open`` a file loopwatch writes, creating it 0600 (whatever the umask) or
+    making it 0600 if it is not; returns the descriptor."""
+    fd = os.open(path, flags | os.O_CREAT, _FILE_MODE)
+    if _POSIX:
+        try:
+            if os.fstat(fd).st_mode & 0o777 != _FILE_MODE:  # the umask took from it
+                os.fchmod(fd, _FILE_MODE)
+        except OSError:
+            os.close(fd)
+            raise
+    return fd
+
+
+def _tighten(path: Path) -> None:
+    """A file of the database (WAL, shm) made 0600 if it exists and is not."""
+    if not _POSIX:
+        return
+    try:
+        if path.stat().st_mode & 0o777 != _FILE_MODE:
+            os.chmod(path, _FILE_MODE)
+    except FileNotFoundError:
+        pass
 
 
 class SqliteStore(Store):
@@ -148,7 +220,14 @@ class SqliteStore(Store):
         return conn
 
     def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            private_folder(self.path.parent)
+            # the database first: SQLite creates its WAL and shm files with its mode
+            os.close(open_private(self.path, os.O_RDWR))
+            for suffix in ("-wal", "-shm"):
+                _tighten(self.path.with_name(self.path.name + suffix))
+        except OSError as exc:  # a read-only disk, a folder in the way: as SQLite's own
+            raise sqlite3.OperationalError(f"cannot open {self.path}: {exc}") from exc
         conn = sqlite3.connect(
             self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
         )

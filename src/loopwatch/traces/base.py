@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from ..redact import redact
+
 __all__ = ["ByteLines", "InputError", "TraceRun", "open_binary", "open_text"]
 
 
@@ -53,7 +55,7 @@ class InputError:
 
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}" if self.line is not None else self.path
-        return f"{where}: {self.reason}"
+        return f"{where}: {redact(self.reason)}"  # a reason may quote the input
 
 
 def open_text(path: str) -> IO[str]:
