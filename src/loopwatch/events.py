@@ -562,9 +562,14 @@ def is_reflection(name: str | None, args: Any) -> bool:
         return True
     if type(args) is not dict:
         args = maybe_json(args)
-        if not isinstance(args, Mapping):
+        if not isinstance(args, Mapping) or not args:
             return False
-    return bool(args) and all(str(k).lower() in _REFLECTION_ARGS for k in args)
+    elif not args:
+        return False
+    for key in args:  # most calls fail on their first key
+        if not isinstance(key, str) or key.lower() not in _REFLECTION_ARGS:
+            return False
+    return True
 
 
 # What a failed call's result starts with by convention when the trace carries no

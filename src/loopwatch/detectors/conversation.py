@@ -187,14 +187,14 @@ class RestatedReply(Detector):
             st.acted = True
             return None
         if kind == TOOL_RESULT:
-            if ctx.novel:
+            if ctx.novel and st.replies:
                 st.restart()  # something new came back
             return None
         # a user turn: judge the reply it answers, then see what the user brought
         reply, st.pending = st.pending, None
         acted, st.acted = st.acted, False
         finding = None if reply is None else self._judge(ctx, st, reply, acted)
-        if ctx.state.news_step == ctx.step:
+        if ctx.state.news_step == ctx.step and st.replies:
             st.restart()
         return finding
 
