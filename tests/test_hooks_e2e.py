@@ -260,7 +260,7 @@ class ClaudeScript(Script):
 
 def run_claude(tmp_path: Path, script: ClaudeScript) -> tuple[Any, list[Any], Path]:
     project, home, state = tmp_path / "proj", tmp_path / "home", tmp_path / "state.db"
-    project.mkdir()
+    project.mkdir(exist_ok=True)
     home.mkdir()
     install("claude-code", settings_path("claude-code", "project", project))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC", "CLAUDE"))}
@@ -373,7 +373,7 @@ class GeminiScript(Script):
 def run_gemini(tmp_path: Path, script: GeminiScript) -> tuple[Any, list[Any], Path]:
     project, home, state = tmp_path / "proj", tmp_path / "home", tmp_path / "state.db"
     (home / ".gemini").mkdir(parents=True)
-    project.mkdir()
+    project.mkdir(exist_ok=True)
     user_settings = {
         "security": {"auth": {"selectedType": "gemini-api-key"}},
         "privacy": {"usageStatisticsEnabled": False},
@@ -418,6 +418,24 @@ def test_gemini_cli_loop_with_a_new_pid_each_run_is_denied_and_ends(tmp_path: Pa
     assert any("<hook_context>[loopwatch] Warning" in r for r in script.all_results())
     # The session file Gemini CLI wrote, scanned offline, says stop too.
     assert scan_transcripts(tmp_path / "home" / ".gemini" / "tmp", "gemini_cli") == ["stop"]
+
+
+def broken_config(tmp_path: Path) -> None:
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "loopwatch.toml").write_text("on_lop = 'stop'\n")
+
+
+NOT_WATCHING = "[loopwatch] Not watching this session for loops: unknown configuration key 'on_lop'"
+
+
+@needs_gemini
+def test_gemini_cli_broken_config_lets_calls_through_and_says_so_once(tmp_path: Path) -> None:
+    broken_config(tmp_path)
+    script = GeminiScript(repeating(FAILING, 6), stubborn=True)
+    proc, lines, state = run_gemini(tmp_path, script)
+    assert [x["status"] for x in lines if x.get("type") == "tool_result"] == ["success"] * 6
+    assert proc.stderr.decode().count(f"Hook system message: {NOT_WATCHING}") == 1
+    assert "on_lop" in hook_log(state)
 
 
 @needs_gemini
@@ -473,7 +491,7 @@ class CodexScript(Script):
 
 def run_codex(tmp_path: Path, script: CodexScript) -> tuple[Any, list[Any], Path]:
     project, home, state = tmp_path / "proj", tmp_path / "codex-home", tmp_path / "state.db"
-    project.mkdir()
+    project.mkdir(exist_ok=True)
     home.mkdir()
     install("codex", settings_path("codex", "project", project))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEX", "OPENAI"))}
@@ -588,7 +606,7 @@ class ChatScript(Script):
 def run_qwen(tmp_path: Path, script: ChatScript) -> tuple[Any, list[Any], Path]:
     project, home, state = tmp_path / "proj", tmp_path / "home", tmp_path / "state.db"
     (home / ".qwen").mkdir(parents=True)
-    project.mkdir()
+    project.mkdir(exist_ok=True)
     install("qwen-code", settings_path("qwen-code", "project", project))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QWEN", "OPENAI", "GEMINI"))}
     with FakeServer(script) as server:
@@ -694,9 +712,11 @@ def test_opencode_healthy_session_is_untouched(tmp_path: Path) -> None:
     assert stored_calls(state, session) == 3
 
 
-def run_copilot(tmp_path: Path, script: ChatScript) -> tuple[Any, list[Any], Path]:
+def run_copilot(
+    tmp_path: Path, script: ChatScript, fmt: str = "json"
+) -> tuple[Any, list[Any], Path]:
     project, home, state = tmp_path / "proj", tmp_path / "home", tmp_path / "state.db"
-    project.mkdir()
+    project.mkdir(exist_ok=True)
     home.mkdir()
     install("copilot-cli", settings_path("copilot-cli", "project", project))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COPILOT", "GH_", "GITHUB"))}
@@ -710,7 +730,7 @@ def run_copilot(tmp_path: Path, script: ChatScript) -> tuple[Any, list[Any], Pat
                    COPILOT_AUTO_UPDATE="false", LOOPWATCH_STATE=str(state))  # fmt: skip
         # Without --trust-folder, a repository's hooks are skipped with no warning.
         proc, lines = run_cli(
-            ["copilot", "-p", "Run the tests and fix what fails.", "--output-format", "json",
+            ["copilot", "-p", "Run the tests and fix what fails.", "--output-format", fmt,
              "--allow-all", "--trust-folder", "--no-ask-user", "--no-auto-update",
              "--disable-client-telemetry"],
             project, env,
@@ -731,6 +751,15 @@ def test_copilot_cli_stubborn_loop_is_denied_and_stays_denied(tmp_path: Path) ->
     )
     assert any("[loopwatch] Warning" in r for r in results)  # with a result, before
     assert hook_log(state) == ""
+
+
+@needs_copilot
+def test_copilot_cli_broken_config_lets_calls_through_and_says_so_once(tmp_path: Path) -> None:
+    broken_config(tmp_path)
+    script = ChatScript(repeating(FAILING, 6), stubborn=True)
+    proc, _, _ = run_copilot(tmp_path, script, fmt="text")
+    assert len(script.all_results()) == 6 and not any("Denied" in r for r in script.all_results())
+    assert proc.stdout.decode().count(f"● {NOT_WATCHING}") == 1  # its timeline
 
 
 @needs_copilot

@@ -402,9 +402,10 @@ def test_broken_config_in_copilot_cli_is_a_timeline_line(tmp_path: Path) -> None
     (tmp_path / "loopwatch.toml").write_text("on_lop = 'stop'\n")
     payload = {"sessionId": "c", "cwd": str(tmp_path), "toolName": "bash", "toolArgs": {}}
     answer = run_hook("copilot-cli", json.dumps(payload).encode(), event="preToolUse")
-    [line] = answer.stdout.splitlines()
+    [line, final] = answer.stdout.splitlines()
     progress = json.loads(line)
     assert progress["type"] == "progress" and "on_lop" in progress["message"]
+    assert json.loads(final) == {}  # allowed
     # Qwen Code waits for its Stop hook: nothing on the events before it.
     qwen = {"session_id": "q", "cwd": str(tmp_path), "hook_event_name": "PreToolUse",
             "tool_name": "run_shell_command", "tool_input": {"command": "ls"}}  # fmt: skip

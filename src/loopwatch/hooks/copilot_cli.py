@@ -16,12 +16,15 @@ exits non-zero, and drops stderr, so a deny is always JSON):
   ``{"permissionDecision": "deny", "permissionDecisionReason": ...}`` (the model
   reads "Denied by preToolUse hook: <reason>");
 * a warning or a stop after a tool: ``additionalContext``, appended to the result
-  the model reads (a warning about a call is held until its result). Copilot CLI
-  has no way for these hooks to end the turn;
-* after a failed tool: the sentence on stdout with exit 2, which Copilot CLI
-  appends to the failure the model reads;
-* a notice for the user: a ``{"type": "progress", "message": ...}`` line, which
-  Copilot CLI shows in its timeline.
+  the model reads (a warning about a call is held until its result; Copilot CLI
+  shows none given before a tool). These hooks cannot end the turn;
+* after a failed tool (``postToolUseFailure``, e.g. ``view`` of a missing file) the
+  same ``additionalContext``, which 1.0.102 does not show the model (nor an exit 2's
+  output, which its documentation describes): there the stop shows at the next call,
+  denied;
+* a notice for the user: a ``{"type": "progress", "message": ...}`` line before the
+  answer, which Copilot CLI shows in its timeline ("● <message>"; not in
+  ``--output-format json``).
 """
 
 from __future__ import annotations
@@ -71,17 +74,16 @@ def events(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
 def answer(payload: Mapping[str, Any], outcome: Outcome) -> Answer:
     event = payload.get("hook_event_name")
     action, message = outcome.action, outcome.message
-    lines = []
-    if outcome.notice:
-        lines.append(orjson.dumps({"type": "progress", "message": outcome.notice}).decode())
-    code = 0
+    out: dict[str, Any] = {}
     if action != "ok" and message:
         if event == PRE and action in ("skip", "stop"):
-            deny = {"permissionDecision": "deny", "permissionDecisionReason": message}
-            lines.append(orjson.dumps(deny).decode())
-        elif event == POST:
-            lines.append(orjson.dumps({"additionalContext": message}).decode())
-        elif event == POST_FAILURE:
-            lines.append(message)
-            code = 2
-    return Answer(code, "".join(line + "\n" for line in lines))
+            out = {"permissionDecision": "deny", "permissionDecisionReason": message}
+        elif event in (POST, POST_FAILURE):
+            out = {"additionalContext": message}
+    # Always one final object: a progress line alone has been read as a failed hook
+    # (which denies the call) in Copilot CLI 1.0.102's text mode.
+    text = orjson.dumps(out).decode() + "\n"
+    if outcome.notice:
+        progress = {"type": "progress", "message": outcome.notice}
+        text = orjson.dumps(progress).decode() + "\n" + text
+    return Answer(0, text)
