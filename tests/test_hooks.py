@@ -79,7 +79,8 @@ def claude_post(command: str, n: int, stdout: str, session: str = "s-1") -> dict
 
 
 def decision(answer: Answer) -> str:
-    """allow / warn / deny / block, read back from a Claude Code or Codex answer."""
+    """allow / warn / deny / block / end (the turn), read back from a Claude Code or
+    Codex answer."""
     assert answer.exit_code == 0 and answer.stderr == ""
     if not answer.stdout:
         return "allow"
@@ -88,6 +89,9 @@ def decision(answer: Answer) -> str:
     if spec.get("permissionDecision") == "deny":
         assert spec["permissionDecisionReason"].startswith("[loopwatch]")
         return "deny"
+    if out.get("continue") is False:
+        assert out["stopReason"].startswith("[loopwatch] Run stopped")
+        return "end"
     if out.get("decision") == "block":
         return "block"
     assert spec.get("additionalContext", "").startswith("[loopwatch] Warning")
@@ -221,9 +225,19 @@ def test_locked_state_file_never_blocks(state: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_unknown_agent_and_bad_config_never_block(tmp_path: Path) -> None:
+    """A broken loopwatch.toml lets every call through, and the user is told once per
+    session, in Claude Code's message to the user (systemMessage), naming the key."""
     assert handle("cursor", claude_pre("ls", 1)) == Answer()
     (tmp_path / "loopwatch.toml").write_text("on_loop = 'explode'\n")
-    assert handle("claude-code", claude_pre("ls", 1, cwd=str(tmp_path))) == Answer()
+    first = json.loads(handle("claude-code", claude_pre("ls", 1, cwd=str(tmp_path))).stdout)
+    assert set(first) == {"systemMessage"}
+    assert first["systemMessage"].startswith("[loopwatch] Not watching this session")
+    assert "on_loop" in first["systemMessage"] and "explode" in first["systemMessage"]
+    for n in range(2, 8):  # let through, silently: the same failing call never denied
+        assert handle("claude-code", claude_pre("ls", n, cwd=str(tmp_path))) == Answer()
+        handle("claude-code", claude_failure("ls", n, "Exit code 2"))
+    other = handle("claude-code", claude_pre("ls", 1, session="s-2", cwd=str(tmp_path)))
+    assert "systemMessage" in json.loads(other.stdout)  # another session is told too
     assert "on_loop" in (tmp_path / "state" / "hook.log").read_text()
 
 

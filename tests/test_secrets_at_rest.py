@@ -32,7 +32,8 @@ from redis_server import (  # noqa: F401 - imported fixtures are registered by p
 from test_redact import CASES
 
 from loopwatch import Guard
-from loopwatch.hooks._dispatch import _log_failure, run_hook
+from loopwatch.hooks._dispatch import run_hook
+from loopwatch.hooks._log import log_failure
 from loopwatch.state import RunState
 from loopwatch.stores.memory import MemoryStore
 from loopwatch.stores.redis import RedisStore
@@ -163,7 +164,7 @@ def test_the_hooks_write_no_secret_and_private_files(state_home: Path) -> None:
     for answer in answers:
         assert_no_secret("a hook's answer", (answer.stdout + answer.stderr).encode())
     # one failure logged with a secret in its text: the log line is redacted
-    _log_failure("claude-code", f"ValueError: bad input {CASES[0][1]}")
+    log_failure("claude-code", f"ValueError: bad input {CASES[0][1]}")
     folder = state_home / "loopwatch"
     log = folder / "hook.log"
     assert log.read_text().count("[redacted]") >= 1
@@ -212,7 +213,7 @@ def test_loopwatchs_own_folder_and_files_are_tightened_and_it_is_logged(
     (folder / "state.db-shm").unlink()
     store = SqliteStore()
     store.apply("r", lambda state: None, RunState)
-    _log_failure("claude-code", "something")
+    log_failure("claude-code", "something")
     assert_private(folder)
     assert "made it private" in caplog.text
     store.close()

@@ -42,6 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
         return 2
+    if getattr(args, "config_free", False):  # install, doctor: they read (or judge) it
+        free: int = args.func(args, None)
+        return free
     try:
         config = Config.load(args.config) if getattr(args, "config", None) else Config.load()
     except ConfigError as exc:
@@ -130,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     p_demo.add_argument("--config", metavar="FILE", help="a loopwatch.toml or pyproject.toml")
     p_demo.set_defaults(func=_cmd_demo)
 
-    from .hooks.install import add_parsers  # hook, install, uninstall
+    from .hooks.install import add_parsers  # hook, install, uninstall, doctor
 
     add_parsers(sub)
     return parser

@@ -1,14 +1,16 @@
-"""Coding-agent hooks: ``loopwatch hook claude-code | codex | gemini-cli``.
+"""Coding-agent hooks: ``loopwatch hook AGENT`` for Claude Code, Codex, Gemini CLI,
+GitHub Copilot CLI, OpenCode and Qwen Code.
 
 Each agent runs a command around every tool call with the call as JSON on stdin
-and reads the answer from the exit code, stdout and stderr. One module per
-agent's protocol turns the payload into loopwatch events and a verdict back into
-that protocol; :mod:`._dispatch` does the rest (state in a SQLite file, config,
-never failing the agent). Kept import-light: a hook runs once per tool call.
+and reads the answer from the exit code, stdout and stderr (OpenCode through a
+small plugin that runs the same command). One module per agent's protocol turns
+the payload into loopwatch events and a verdict back into that protocol;
+:mod:`._dispatch` does the rest (state in a SQLite file, config, never failing the
+agent). Kept import-light: a hook runs once per tool call.
 """
 
 from __future__ import annotations
 
 __all__ = ["AGENTS"]
 
-AGENTS = ("claude-code", "codex", "gemini-cli")
+AGENTS = ("claude-code", "codex", "gemini-cli", "copilot-cli", "opencode", "qwen-code")

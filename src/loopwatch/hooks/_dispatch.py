@@ -6,17 +6,27 @@ The guard's state lives between hook processes in a SQLite file:
 ``sqlite://`` at ``$LOOPWATCH_STATE`` / ``$XDG_STATE_HOME/loopwatch/state.db``.
 
 A hook never blocks the agent because of its own failure: any error (bad
-payload, unreadable config, locked or broken state file, a bug) lets the call
-through and appends one line to ``hook.log`` beside the state file.
+payload, locked or broken state file, a bug) lets the call through and appends one
+line to ``hook.log`` beside the state file. A configuration that cannot be loaded
+lets every call through too, and the user is told once per session through the
+agent's own channel for messages to the user (the protocol's ``notice``).
 
 Turns: a hook sees tool calls and results but not the model's text. A tool call
 that follows a result or a prompt starts a new model turn, so the hook records an
 empty ``model`` event first, as the transcript readers do for the assistant
 message that made the call: calls made together in one message stay one decision
-for the detectors, and a replayed session scans the same either way. What that
-takes (the kind of the run's last hook event, and a warning held for the call's
-result where the pre-tool hook has no context channel) is a small dict kept in the
-same store under ``<session id>\x00hook-turn``.
+for the detectors, and a replayed session scans the same either way.
+
+A stop stops. Once the guard stops a session, every later tool call of that
+session is denied before it runs, until the user's next prompt; protocols that can
+end the agent's turn do so (``Outcome.after_stop``). And a call whose stop is
+already certain before it runs (the stop would hold whatever its result is: the
+third no-op in a row) is denied before it runs (:func:`foresee`).
+
+What that takes (the kind of the run's last hook event, a warning held for the
+call's result where the pre-tool hook has no context channel, the stop, whether the
+user was told about a broken configuration) is a small record kept in the same
+store under ``<session id>\\x00hook-turn``.
 """
 
 from __future__ import annotations
@@ -27,12 +37,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
-from pathlib import Path
 from typing import Any, final
 
 from ..state import DetectorState, RunState
+from ._log import log_call, log_failure
 
-__all__ = ["Answer", "handle", "main", "run_hook"]
+__all__ = ["Answer", "Outcome", "foresee", "handle", "main", "run_hook"]
 
 # agent name on the command line -> module with its protocol
 _PROTOCOLS = {
@@ -41,9 +51,16 @@ _PROTOCOLS = {
     "codex": "codex",
     "gemini-cli": "gemini_cli",
     "gemini": "gemini_cli",
+    "copilot-cli": "copilot_cli",
+    "copilot": "copilot_cli",
+    "opencode": "opencode",
+    "qwen-code": "qwen_code",
+    "qwen": "qwen_code",
 }
 _SEVERITY = {"ok": 0, "warn": 1, "skip": 2, "stop": 3}
 _TURN_SUFFIX = "\x00hook-turn"  # the store key of a run's turn marker
+_AFTER_STOP = " Nothing runs in this session until the user's next message."
+_DOCTOR = "loopwatch_doctor"  # a payload with this key asks the hook to say what it is
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,42 +74,39 @@ class Answer:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """The guard's answer for one hook call, reduced to what a protocol needs."""
+    """The guard's answer for one hook call, reduced to what a protocol needs.
+
+    ``after_stop``: the session was stopped before this call (deny it, and end the
+    turn where the agent can). ``notice``: a message for the user, not the model
+    (the configuration could not be loaded), shown once per session.
+    """
 
     action: str  # ok | warn | skip | stop
     message: str
+    after_stop: bool = False
+    notice: str = ""
+
+
+ALLOW = Outcome("ok", "")
+
+
+def _never(payload: Mapping[str, Any]) -> bool:
+    return False
+
+
+def supported() -> str:
+    """The agent names ``loopwatch hook`` accepts, for messages."""
+    from . import AGENTS
+
+    return ", ".join(AGENTS)
 
 
 def protocol(agent: str) -> Any:
     """The module implementing an agent's hook protocol."""
     name = _PROTOCOLS.get(agent)
     if name is None:
-        raise ValueError(f"unknown agent {agent!r}; known: claude-code, codex, gemini-cli")
+        raise ValueError(f"unknown agent {agent!r}; supported: {supported()}")
     return import_module(f"{__package__}.{name}")
-
-
-def state_dir() -> Path:
-    from ..stores.sqlite import default_state_path
-
-    return default_state_path().parent
-
-
-def _log_failure(agent: str, what: str) -> None:
-    """One line in ``hook.log`` beside the state file (0600, secrets redacted: an
-    error may quote a payload or a store URL); never raises."""
-    try:
-        from ..redact import redact
-        from ..stores.sqlite import open_private, private_folder
-
-        folder = state_dir()
-        private_folder(folder)
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        line = redact(" ".join(what.split())[:2000])
-        fd = open_private(folder / "hook.log", os.O_WRONLY | os.O_APPEND)
-        with open(fd, "a", encoding="utf-8") as fh:
-            fh.write(f"{stamp} loopwatch hook {agent}: {line}; call let through\n")
-    except Exception:
-        pass
 
 
 def _store_url(config: Any) -> str:
@@ -107,14 +121,21 @@ def _store_url(config: Any) -> str:
     return f"sqlite://{default_state_path()}?timeout=2"
 
 
-def make_guard(payload: Mapping[str, Any]) -> Any:
-    """A guard with the project's configuration (found from the payload's ``cwd``)
-    and a store shared by every hook process."""
+def load_config(payload: Mapping[str, Any]) -> Any:
+    """The project's configuration, found from the payload's ``cwd``
+    (:class:`~loopwatch.config.ConfigError` when it is broken)."""
     from ..config import Config
-    from ..guard import Guard
 
     cwd = payload.get("cwd")
-    config = Config.load(start=cwd if isinstance(cwd, str) and os.path.isdir(cwd) else None)
+    return Config.load(start=cwd if isinstance(cwd, str) and os.path.isdir(cwd) else None)
+
+
+def make_guard(payload: Mapping[str, Any]) -> Any:
+    """A guard with the project's configuration and a store shared by every hook
+    process."""
+    from ..guard import Guard
+
+    config = load_config(payload)
     return Guard(config, store=_store_url(config))
 
 
@@ -122,32 +143,49 @@ def make_guard(payload: Mapping[str, Any]) -> Any:
 class HookTurn(DetectorState):
     """What the hook processes of one session remember between them: the kind of the
     last hook event (a tool call after a result or a prompt starts a model turn), a
-    count, and a warning held for the next result (Gemini CLI)."""
+    count, a warning held for the next result (Gemini CLI, Copilot CLI), the stop
+    message while the session is stopped, and whether the user was told that the
+    configuration could not be loaded."""
 
-    __slots__ = ("last", "n", "warn")
+    __slots__ = ("last", "n", "stopped", "told", "warn")
 
     def __init__(self) -> None:
         self.last: str | None = None
         self.n = 0
         self.warn = ""
+        self.stopped = ""
+        self.told = False
+
+    @classmethod
+    def load(cls, data: Any) -> HookTurn:
+        if isinstance(data, list) and len(data) == 3:  # written by loopwatch before the stop
+            data = [data[0], data[1], "", False, data[2]]
+        marker: HookTurn = super().load(data)
+        return marker
 
 
-def new_turn(guard: Any, run_id: str, kind: str) -> tuple[bool, str]:
+def _marker(store: Any, run_id: str, step: Callable[[HookTurn], Any]) -> Any:
+    return store.apply(run_id + _TURN_SUFFIX, lambda s: step(s.slot("hook", HookTurn)), RunState)
+
+
+def new_turn(guard: Any, run_id: str, kind: str) -> tuple[bool, str, str]:
     """Record this hook event's kind in the run's marker. Returns whether a tool call
     here starts a new model turn (the previous hook event was a result or a prompt,
-    or there was none), and, on a result, the warning deferred to it (see
-    :func:`defer_warning`), taken out of the marker."""
+    or there was none); on a result, the warning deferred to it (see
+    :func:`defer_warning`), taken out of the marker; and the stop message if the
+    session is stopped (a user prompt lifts the stop)."""
 
-    def step(state: RunState) -> tuple[bool, str]:
-        marker = state.slot("hook", HookTurn)
-        last, marker.last = marker.last, kind
+    def step(marker: HookTurn) -> tuple[bool, str, str]:
+        last, marker.last = marker.last, kind or marker.last
         marker.n += 1
         deferred = ""
         if kind == "tool_result":
             deferred, marker.warn = marker.warn, ""
-        return kind == "tool_call" and last != "tool_call", deferred
+        elif kind == "user":
+            marker.stopped = ""
+        return kind == "tool_call" and last != "tool_call", deferred, marker.stopped
 
-    result: tuple[bool, str] = guard.store.apply(run_id + _TURN_SUFFIX, step, RunState)
+    result: tuple[bool, str, str] = _marker(guard.store, run_id, step)
     return result
 
 
@@ -155,10 +193,115 @@ def defer_warning(guard: Any, run_id: str, message: str) -> None:
     """Keep a warning for the call's result: an agent whose pre-tool hook has no
     context channel (Gemini CLI) shows the model what its post-tool hook adds."""
 
-    def step(state: RunState) -> None:
-        state.slot("hook", HookTurn).warn = message
+    def step(marker: HookTurn) -> None:
+        marker.warn = message
 
-    guard.store.apply(run_id + _TURN_SUFFIX, step, RunState)
+    _marker(guard.store, run_id, step)
+
+
+def remember_stop(guard: Any, run_id: str, message: str) -> None:
+    """The session is stopped: later calls are denied until the user's next prompt."""
+
+    def step(marker: HookTurn) -> None:
+        marker.stopped = message
+
+    _marker(guard.store, run_id, step)
+
+
+def foresee(guard: Any, run_id: str, call: Mapping[str, Any]) -> Outcome | None:
+    """The stop this call would get whatever its result, if any: the guard's verdict
+    on the call's result with the result unknown (so it counts as no evidence either
+    way), tried on a copy of the run's state and then forgotten. A stop-severity
+    finding there (three no-ops in a row: the third is futile before it runs) is
+    decided as if found on the call, so ``on_loop`` applies (stop, or skip: deny
+    this call only); ``on_loop = "warn"`` never blocks."""
+    from ..events import TOOL_CALL, Event
+    from ..findings import Severity
+
+    if guard.policy.on_loop == "warn":
+        return None
+    try:
+        state = guard.store.get(run_id)
+        if not isinstance(state, RunState):
+            return None
+        probe = RunState.from_bytes(state.to_bytes())
+        result: dict[str, Any] = {"kind": "tool_result", "name": call.get("name") or "",
+                                  "unknown": ["text"]}  # fmt: skip
+        if call.get("id") is not None:
+            result["id"] = call["id"]
+        step = probe.n
+        found = guard.engine.step(probe, Event.from_dict(result))
+        stops = [f for f in found if f.severity is Severity.STOP]
+        if not stops:
+            return None
+        verdict = guard.policy.decide(step, TOOL_CALL, stops, probe)
+    except Exception:
+        return None
+    return Outcome(str(verdict.action), verdict.message or "")
+
+
+def _judge(
+    guard: Any, proto: Any, agent: str, run_id: str, events: list[Any], resumes: bool
+) -> Outcome:
+    kind = events[-1]["kind"] if events else ""
+    turn, deferred, stopped = new_turn(guard, run_id, kind)
+    if not events:  # the agent going on with its turn (Qwen Code's continuation)
+        return Outcome("stop", stopped, after_stop=True) if stopped and resumes else ALLOW
+    if turn:
+        # a hook never sees what the model said: the turn's output is unknown
+        events = [{"kind": "model", "unknown": ["text"]}, *events]
+    worst = ALLOW
+    for event in events:
+        verdict = guard.observe(run_id, event)
+        if not verdict.state_available or "error" in verdict.extra:
+            log_failure(agent, verdict.message or "state unavailable")
+        action = str(verdict.action)
+        if _SEVERITY[action] > _SEVERITY[worst.action]:
+            worst = Outcome(action, verdict.message or "")
+    if stopped and kind == "tool_call":
+        return Outcome("stop", stopped + _AFTER_STOP, after_stop=True)
+    if kind == "tool_call" and _SEVERITY[worst.action] < _SEVERITY["skip"]:
+        ahead = foresee(guard, run_id, events[-1])
+        if ahead is not None:
+            worst = ahead
+    if deferred:
+        message = " ".join(m for m in (deferred, worst.message) if m)
+        worst = Outcome("warn" if worst.action == "ok" else worst.action, message)
+    if worst.action == "stop":
+        remember_stop(guard, run_id, worst.message)
+    elif (
+        worst.action == "warn" and kind == "tool_call" and getattr(proto, "WARN_AFTER_TOOL", False)
+    ):
+        defer_warning(guard, run_id, worst.message)
+    return worst
+
+
+def _notice_once(proto: Any, payload: Mapping[str, Any], run_id: str, problem: str) -> str:
+    """The message telling the user that this session is not watched, the first time
+    in the session that the agent can show one (``proto.shows_notice``); "" after."""
+    shows = getattr(proto, "shows_notice", None)
+    if shows is not None and not shows(payload):
+        return ""
+    message = (
+        f"[loopwatch] Not watching this session for loops: {problem}. "
+        "Every tool call is let through; `loopwatch doctor` shows what is wrong."
+    )
+    try:
+        from ..stores import store_from_url
+
+        store = store_from_url(_store_url(None))
+        try:
+
+            def step(marker: HookTurn) -> bool:
+                told, marker.told = marker.told, True
+                return told
+
+            told: bool = _marker(store, run_id, step)
+        finally:
+            store.close()
+    except Exception:
+        told = False  # no state to remember it in: better told twice than never
+    return "" if told else message
 
 
 def handle(
@@ -173,56 +316,57 @@ def handle(
     after, and closing the last connection to a WAL file checkpoints and deletes the
     WAL (about 15 ms, then 5 more for the next process to create it again).
     """
+    started = time.perf_counter()
     proto: Any = None
+    outcome = ALLOW
+    run_id: str | None = None
     try:
         proto = protocol(agent)
         run_id = proto.run_id(payload)
         events = proto.events(payload)
-        if not events or not run_id:
-            allow: Answer = proto.answer(payload, Outcome("ok", ""))
+        resumes = bool(getattr(proto, "resumes", _never)(payload))
+        notices = bool(getattr(proto, "shows_notice", _never)(payload))
+        if not run_id or not (events or resumes or notices):
+            allow: Answer = proto.answer(payload, ALLOW)
             return allow
-        guard = guard_factory(payload)
+        from ..config import ConfigError
+
         try:
-            kind = events[-1]["kind"]
-            turn, deferred = new_turn(guard, run_id, kind)
-            if turn:
-                # a hook never sees what the model said: the turn's output is unknown
-                events = [{"kind": "model", "unknown": ["text"]}, *events]
-            worst = Outcome("ok", "")
-            for event in events:
-                verdict = guard.observe(run_id, event)
-                if not verdict.state_available or "error" in verdict.extra:
-                    _log_failure(agent, verdict.message or "state unavailable")
-                action = str(verdict.action)
-                if _SEVERITY[action] > _SEVERITY[worst.action]:
-                    worst = Outcome(action, verdict.message or "")
-            if deferred:
-                message = " ".join(m for m in (deferred, worst.message) if m)
-                worst = Outcome("warn" if worst.action == "ok" else worst.action, message)
-            if (
-                worst.action == "warn"
-                and kind == "tool_call"
-                and getattr(proto, "WARN_AFTER_TOOL", False)
-            ):
-                defer_warning(guard, run_id, worst.message)
+            guard = guard_factory(payload)
+        except ConfigError as exc:  # an invalid loopwatch.toml: let it through, say so
+            log_failure(agent, f"configuration: {exc}")
+            outcome = Outcome("ok", "", notice=_notice_once(proto, payload, run_id, str(exc)))
+            unwatched: Answer = proto.answer(payload, outcome)
+            return unwatched
+        try:
+            outcome = _judge(guard, proto, agent, run_id, events, resumes)
         finally:
             if close:
                 guard.close()
-        answer: Answer = proto.answer(payload, worst)
+        answer: Answer = proto.answer(payload, outcome)
         return answer
     except Exception as exc:
-        _log_failure(agent, f"{type(exc).__name__}: {exc}")
+        log_failure(agent, f"{type(exc).__name__}: {exc}")
+        outcome = ALLOW
         if proto is not None:
             try:
-                fallback: Answer = proto.answer(payload, Outcome("ok", ""))
+                fallback: Answer = proto.answer(payload, ALLOW)
                 return fallback
             except Exception:
                 pass
         return Answer()
+    finally:
+        if run_id:
+            label = "after-stop" if outcome.after_stop else outcome.action
+            if outcome.notice:
+                label = "notice"
+            event = str(payload.get("hook_event_name") or "")
+            log_call(agent, event, run_id, label, started)
 
 
-def run_hook(agent: str, raw: bytes, close: bool = True) -> Answer:
-    """Decode stdin and answer; a payload that is not JSON is let through."""
+def run_hook(agent: str, raw: bytes, close: bool = True, event: str = "") -> Answer:
+    """Decode stdin and answer; a payload that is not JSON is let through. ``event``:
+    the hook event named on the command line (Copilot CLI's payloads do not name it)."""
     try:
         import orjson
 
@@ -230,32 +374,61 @@ def run_hook(agent: str, raw: bytes, close: bool = True) -> Answer:
         if not isinstance(payload, dict):
             raise ValueError(f"the payload is a JSON {type(payload).__name__}, not an object")
     except Exception as exc:
-        _log_failure(agent, f"unreadable payload: {exc}")
+        log_failure(agent, f"unreadable payload: {exc}")
         payload = {}
+    if event:
+        payload.setdefault("hook_event_name", event)
+    if payload.get(_DOCTOR):
+        return _identify(agent)
     return handle(agent, payload, close=close)
 
 
-def main(argv: list[str] | None = None, exit_now: bool = False) -> int:
-    """``loopwatch hook AGENT`` / ``python -m loopwatch.hooks AGENT``.
+def _identify(agent: str) -> Answer:
+    """What ``loopwatch doctor`` asks an installed hook command: which loopwatch runs."""
+    import json
 
-    ``exit_now`` (the hook entry script) ends the process as soon as the answer is
-    written, skipping interpreter teardown and the WAL checkpoint on close: the
-    step is committed, and the next hook process reads it from the WAL.
+    try:
+        from importlib.metadata import version
+
+        installed = version("loopwatch")
+    except Exception:
+        installed = "unknown"
+    reply = {"loopwatch": installed, "agent": agent, "python": sys.executable}
+    return Answer(0, json.dumps(reply) + "\n")
+
+
+def main(argv: list[str] | None = None, exit_now: bool = False) -> int:
+    """``loopwatch hook AGENT [EVENT]``.
+
+    An unknown agent is a usage error (exit 2, naming the supported ones): the
+    installer never writes one, so it is a hand-written command to fix. Everything
+    else answers in the agent's protocol and exits 0.
+
+    ``exit_now`` (the hook entry) ends the process as soon as the answer is written,
+    skipping interpreter teardown and the WAL checkpoint on close: the step is
+    committed, and the next hook process reads it from the WAL.
     """
     args = sys.argv[1:] if argv is None else argv
     agent = args[0] if args else ""
+    # The guard logs to the "loopwatch" logger (an outage, a reset state): a hook's
+    # stderr is the agent's, and its own failures go to hook.log.
+    import logging
+
+    logging.getLogger("loopwatch").addHandler(logging.NullHandler())
     if agent not in _PROTOCOLS:
+        what = f"unknown agent {agent!r}" if agent else "no agent named"
         print(
-            "usage: loopwatch hook {claude-code,codex,gemini-cli} < payload.json",
+            f"loopwatch hook: {what}; supported: {supported()}\n"
+            "usage: loopwatch hook AGENT < payload.json",
             file=sys.stderr,
         )
-        return 0  # still never block the agent on a misconfigured command
+        return 2
     try:
         raw = sys.stdin.buffer.read()
     except Exception as exc:
-        _log_failure(agent, f"cannot read stdin: {exc}")
+        log_failure(agent, f"cannot read stdin: {exc}")
         raw = b""
-    answer = run_hook(agent, raw, close=not exit_now)
+    answer = run_hook(agent, raw, close=not exit_now, event=args[1] if len(args) > 1 else "")
     if answer.stdout:
         sys.stdout.write(answer.stdout)
         sys.stdout.flush()

@@ -7,12 +7,20 @@ scanned offline see the same events: the same arguments, the same result text.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 import orjson
 
-__all__ = ["result_text", "tool_call", "tool_result", "user_prompt"]
+__all__ = [
+    "copilot_result",
+    "gemini_result",
+    "result_text",
+    "tool_call",
+    "tool_result",
+    "user_prompt",
+]
 
 # Result fields that only say how long something took or where it was written:
 # they differ between two identical calls and say nothing about the outcome.
@@ -50,6 +58,64 @@ def result_text(response: Any) -> str:
         if parts and all(p is not None for p in parts):
             return "\n".join(p for p in parts if p is not None)
     return orjson.dumps(response, option=orjson.OPT_SORT_KEYS, default=str).decode()
+
+
+# What Gemini CLI (and Qwen Code, its fork) wraps around a tool's output, none of it the
+# output: the process group id of the shell (new on every run, so without this every
+# result of a repeated command would be new), the <untrusted_context> wrapper, and the
+# <hook_context> a hook's AfterTool answer appended (in the session file only).
+_PGID: Final = re.compile(r"^Process Group PGID: \d+[ \t]*(?:\n|\Z)", re.MULTILINE)
+_HOOK_CONTEXT: Final = re.compile(r"\s*<hook_context>.*?</hook_context>", re.DOTALL)
+_UNTRUSTED: Final = re.compile(
+    r"\A\s*<untrusted_context>\n?(.*?)\n?</untrusted_context>\s*\Z", re.DOTALL
+)
+
+
+def gemini_result(value: Any) -> str:
+    """A Gemini CLI or Qwen Code tool result as loopwatch compares it: the text the
+    model read, without the wrapping the CLI adds around it.
+
+    The one reading of these results: the hook's ``tool_response``
+    (``{llmContent, returnDisplay}``, ``llmContent`` a string or a list of parts) and
+    the session file's ``result`` (a list of ``functionResponse`` parts whose
+    ``response`` is ``{output}`` or ``{error}``) both come through here, so a live
+    session and its session file give the detectors the same text.
+    """
+    if isinstance(value, Mapping) and "llmContent" in value:
+        value = value["llmContent"]
+    texts = []
+    for part in value if isinstance(value, list) else [value]:
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        if not isinstance(part, Mapping):
+            continue
+        response = part.get("functionResponse")
+        if isinstance(response, Mapping):
+            inner = response.get("response")
+            text = inner.get("output", inner) if isinstance(inner, Mapping) else inner
+            texts.append(text if isinstance(text, str) else orjson.dumps(text).decode())
+        elif isinstance(part.get("text"), str):
+            texts.append(part["text"])
+    text = _HOOK_CONTEXT.sub("", "\n".join(texts))
+    unwrapped = _UNTRUSTED.match(text)
+    if unwrapped is not None:
+        text = unwrapped.group(1)
+    return _PGID.sub("", text).rstrip("\n")
+
+
+# Copilot CLI ends a shell tool's result with the id of the shell it ran in (one more
+# on every call) and the exit code.
+_SHELL_END: Final = re.compile(r"\n?<shellId: [^>\n]* completed with exit code (-?\d+)>\s*\Z")
+
+
+def copilot_result(text: str) -> tuple[str, bool]:
+    """A Copilot CLI tool result without its shell's id, and whether the command
+    failed (a non-zero exit code)."""
+    end = _SHELL_END.search(text)
+    if end is None:
+        return text, False
+    return text[: end.start()], int(end.group(1)) != 0
 
 
 def tool_call(name: Any, args: Any, call_id: Any) -> dict[str, Any]:

@@ -1,76 +1,157 @@
-"""``loopwatch install | uninstall claude-code | gemini-cli | codex [--project | --user]``.
+"""``loopwatch install | uninstall AGENT [--project | --user]``.
 
-Writes (or removes) loopwatch's hook entries in the agent's settings file, keeping
-every other setting and hook as it is, and prints what changed:
+Writes (or removes) loopwatch's hook entries for a coding agent, keeping every
+other setting and hook as it is, and prints what changed:
 
 * Claude Code: ``.claude/settings.json`` (project) or ``~/.claude/settings.json``;
+* Codex: ``.codex/hooks.json`` or ``$CODEX_HOME/hooks.json`` (``~/.codex``);
 * Gemini CLI: ``.gemini/settings.json`` or ``~/.gemini/settings.json``;
-* Codex: ``.codex/hooks.json`` or ``$CODEX_HOME/hooks.json`` (``~/.codex``).
+* Qwen Code: ``.qwen/settings.json`` or ``~/.qwen/settings.json``;
+* GitHub Copilot CLI: a file of its own, ``.github/hooks/loopwatch.json`` or
+  ``$COPILOT_HOME/hooks/loopwatch.json`` (``~/.copilot``);
+* OpenCode: a plugin of its own, ``.opencode/plugins/loopwatch.js`` or
+  ``$XDG_CONFIG_HOME/opencode/plugins/loopwatch.js`` (``~/.config``).
 
-Idempotent: installing twice changes nothing the second time; an entry is
-recognised as loopwatch's by its command (``.../loopwatch/hooks/_entry.py <agent>``,
-``-m loopwatch.hooks <agent>`` or ``loopwatch hook <agent>``). The command runs
-this Python on the hook entry script: no PATH lookup, and only the guard's modules
-imported on every tool call.
+A project install goes to the root of the git repository the command runs in
+(the working directory outside one), and writes a command any teammate can run:
+``loopwatch hook AGENT`` found on PATH, and nothing at all (exit 0, no output)
+where loopwatch is not installed, so a committed settings file never breaks a
+colleague's agent. A user install pins this interpreter instead
+(``python -m _loopwatch_entry hook AGENT``), silent too if it goes away.
+
+Idempotent: installing twice changes nothing the second time, and an older
+loopwatch command is updated in place. An entry is recognised as loopwatch's by its
+command. Uninstall removes exactly those entries, then what they alone made: an
+event list, the ``hooks`` object, a settings file and its folder left empty.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parsers", "hook_command", "install", "settings_path", "uninstall"]
+from . import AGENTS
 
-_EVENTS: dict[str, tuple[tuple[str, bool], ...]] = {
-    "claude-code": (
-        ("PreToolUse", True),
-        ("PostToolUse", True),
-        ("PostToolUseFailure", True),
-        ("UserPromptSubmit", False),
+__all__ = [
+    "add_parsers",
+    "hook_command",
+    "install",
+    "project_root",
+    "settings_path",
+    "uninstall",
+]
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where and how an agent's hooks are written."""
+
+    project: str  # path under the project root
+    user: str  # path under the user's folder for this agent
+    user_env: str  # environment variable naming that folder ("" = the home folder)
+    kind: str  # "settings": hooks in a shared JSON file; "own": a file of loopwatch's
+    timeout: int  # per hook call, in the agent's unit
+    matcher: str = "*"
+    named: bool = False  # Gemini CLI shows a hook's name in its warnings
+
+
+_TARGETS: dict[str, _Target] = {
+    "claude-code": _Target(".claude/settings.json", ".claude/settings.json", "", "settings", 30),
+    "codex": _Target(".codex/hooks.json", "hooks.json", "CODEX_HOME", "settings", 30),
+    "gemini-cli": _Target(
+        ".gemini/settings.json", ".gemini/settings.json", "", "settings", 30_000, ".*", True
     ),
-    "codex": (("PreToolUse", True), ("PostToolUse", True), ("UserPromptSubmit", False)),
-    "gemini-cli": (("BeforeTool", True), ("AfterTool", True), ("BeforeAgent", False)),
+    "qwen-code": _Target(".qwen/settings.json", ".qwen/settings.json", "", "settings", 30_000),
+    "copilot-cli": _Target(
+        ".github/hooks/loopwatch.json", "hooks/loopwatch.json", "COPILOT_HOME", "own", 30
+    ),
+    "opencode": _Target(
+        ".opencode/plugins/loopwatch.js",
+        "opencode/plugins/loopwatch.js",
+        "XDG_CONFIG_HOME",
+        "own",
+        30_000,
+    ),
 }
-# Seconds for Claude Code and Codex, milliseconds for Gemini CLI.
-_TIMEOUT = {"claude-code": 30, "codex": 30, "gemini-cli": 30_000}
+_USER_DEFAULT = {"CODEX_HOME": ".codex", "COPILOT_HOME": ".copilot", "XDG_CONFIG_HOME": ".config"}
+# How older and current loopwatch commands name the agent they answer for.
+_MARKERS = ("loopwatch hook", "_loopwatch_entry hook", "loopwatch/hooks/_entry.py",
+            "loopwatch.hooks")  # fmt: skip
 
 
-def hook_command(agent: str) -> str:
-    """The command line the agent runs for each hook event: this Python running the
-    hook entry script (see :mod:`._entry`: faster than ``-m loopwatch.hooks``)."""
-    entry = Path(__file__).resolve().with_name("_entry.py")
-    return f"{shlex.quote(sys.executable)} {shlex.quote(str(entry))} {agent}"
+def _check(agent: str) -> _Target:
+    target = _TARGETS.get(agent)
+    if target is None:
+        raise ValueError(f"unknown agent {agent!r}; supported: {', '.join(AGENTS)}")
+    return target
+
+
+def _events(agent: str) -> tuple[tuple[str, bool], ...]:
+    """The hook events loopwatch registers for an agent, each with whether it takes a
+    tool matcher (the agent's protocol module declares them)."""
+    from importlib import import_module
+
+    module = import_module(f"{__package__}.{agent.replace('-', '_')}")
+    events: tuple[tuple[str, bool], ...] = getattr(module, "HOOK_EVENTS", ())
+    return events
+
+
+def project_root(start: Path | None = None) -> Path:
+    """The root of the git repository holding ``start`` (the working directory), or
+    ``start`` itself outside a repository: a project's hooks belong at its root,
+    where the agents look for them whatever folder they are started from."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / ".git").exists():
+            return folder
+    return here
+
+
+def hook_command(agent: str, scope: str = "project", event: str = "") -> str:
+    """The command line the agent runs for each hook event.
+
+    Project: ``loopwatch`` from PATH, or nothing when it is absent (a teammate
+    without loopwatch; an agent that treats a failing hook as a deny, like Copilot
+    CLI, must not deny every call). User: this interpreter, pinned, silent too if
+    it is gone. ``event``: for agents whose payloads do not name their event.
+    """
+    _check(agent)
+    args = f"hook {agent}" + (f" {event}" if event else "")
+    if scope == "project":
+        return f"command -v loopwatch >/dev/null 2>&1 && exec loopwatch {args} || true"
+    python = shlex.quote(sys.executable)
+    return f"test -x {python} && exec {python} -m _loopwatch_entry {args} || true"
 
 
 def settings_path(agent: str, scope: str = "project", root: Path | None = None) -> Path:
-    """The settings file ``install`` edits for this agent and scope."""
-    if agent not in _EVENTS:
-        raise ValueError(f"unknown agent {agent!r}; known: {', '.join(_EVENTS)}")
+    """The file ``install`` edits (or writes) for this agent and scope."""
+    target = _check(agent)
     if scope == "project":
-        base = root or Path.cwd()
-        folder = {"claude-code": ".claude", "gemini-cli": ".gemini", "codex": ".codex"}[agent]
-        name = "hooks.json" if agent == "codex" else "settings.json"
-        return base / folder / name
+        return (root or project_root()) / target.project
     home = Path(os.path.expanduser("~"))
-    if agent == "codex":
-        return Path(os.environ.get("CODEX_HOME") or home / ".codex") / "hooks.json"
-    folder = ".claude" if agent == "claude-code" else ".gemini"
-    return home / folder / "settings.json"
+    if target.user_env:
+        base = os.environ.get(target.user_env) or str(home / _USER_DEFAULT[target.user_env])
+        return Path(base) / target.user
+    return home / target.user
 
 
-def _is_ours(handler: Any, agent: str) -> bool:
+def is_ours(command: Any, agent: str) -> bool:
+    """Whether a hook command is one of loopwatch's, for this agent."""
+    text = str(command or "").replace("\\", "/")
+    return any(f"{marker} {agent}" in text for marker in _MARKERS)
+
+
+def _handler_command(handler: Any) -> str:
     if not isinstance(handler, dict):
-        return False
-    command = str(handler.get("command") or "").replace("\\", "/")
-    return any(
-        f"{marker} {agent}" in command
-        for marker in ("loopwatch.hooks", "loopwatch/hooks/_entry.py", "loopwatch hook")
-    )
+        return ""
+    return str(handler.get("command") or handler.get("bash") or "")
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -85,56 +166,101 @@ def _load(path: Path) -> dict[str, Any]:
     return data
 
 
-def _save(path: Path, data: dict[str, Any]) -> None:
+def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".loopwatch-tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
-def install(agent: str, path: Path) -> list[str]:
-    """Add loopwatch's hook entries to ``path``; the list of changes (empty: none)."""
+def _remove(path: Path) -> None:
+    """Delete a file loopwatch alone filled, and its folder if that is left empty."""
+    path.unlink()
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()  # only when empty
+
+
+def _scope_of(path: Path, agent: str) -> str:
+    return "user" if path == settings_path(agent, "user") else "project"
+
+
+def install(agent: str, path: Path, scope: str | None = None) -> list[str]:
+    """Add loopwatch's hooks for ``agent`` to ``path``; the list of changes (empty:
+    none). ``scope`` picks the command (default: from the path)."""
+    target = _check(agent)
+    scope = scope or _scope_of(path, agent)
+    if target.kind == "own":
+        text = _own_file(agent, scope)
+        if path.exists() and path.read_text(encoding="utf-8") == text:
+            return []
+        changes = ["updated loopwatch's hooks" if path.exists() else "added loopwatch's hooks"]
+        _write(path, text)
+        return changes
     data = _load(path)
     hooks = data.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise ValueError(f"'hooks' in {path} is not an object")
-    command = hook_command(agent)
+    command = hook_command(agent, scope)
     changes = []
-    for event, takes_matcher in _EVENTS[agent]:
+    for event, takes_matcher in _events(agent):
         groups = hooks.setdefault(event, [])
         if not isinstance(groups, list):
             raise ValueError(f"'hooks.{event}' in {path} is not a list")
         ours = [
             h
             for g in groups
-            if isinstance(g, dict)
-            for h in g.get("hooks", [])
-            if _is_ours(h, agent)
+            if isinstance(g, dict) and isinstance(g.get("hooks"), list)
+            for h in g["hooks"]
+            if is_ours(_handler_command(h), agent)
         ]
         if ours:
-            stale = [h for h in ours if h.get("command") != command]
-            for h in stale:
-                h["command"] = command
-                changes.append(f"updated the {event} hook's command")
+            for h in ours:
+                if h.get("command") != command:
+                    h["command"] = command
+                    changes.append(f"updated the {event} hook's command")
             continue
         handler: dict[str, Any] = {"type": "command", "command": command}
-        handler["timeout"] = _TIMEOUT[agent]
-        if agent == "gemini-cli":
+        handler["timeout"] = target.timeout
+        if target.named:
             handler["name"] = "loopwatch"
         group: dict[str, Any] = {"hooks": [handler]}
         if takes_matcher:
-            group = {"matcher": "*" if agent != "gemini-cli" else ".*", **group}
+            group = {"matcher": target.matcher, **group}
         groups.append(group)
         changes.append(f"added the {event} hook")
     if changes:
-        _save(path, data)
+        _write(path, json.dumps(data, indent=2) + "\n")
     return changes
 
 
+def _own_file(agent: str, scope: str) -> str:
+    """The whole content of a file that is loopwatch's alone (Copilot CLI's hook file,
+    OpenCode's plugin)."""
+    target = _TARGETS[agent]
+    if agent == "opencode":
+        from importlib.resources import files
+
+        template = files(__package__).joinpath("opencode_plugin.js").read_text(encoding="utf-8")
+        return template.replace("__COMMAND__", json.dumps(hook_command(agent, scope)))
+    hooks = {
+        event: [{"type": "command", "bash": hook_command(agent, scope, event),
+                 "timeoutSec": target.timeout}]
+        for event, _ in _events(agent)
+    }  # fmt: skip
+    return json.dumps({"version": 1, "hooks": hooks}, indent=2) + "\n"
+
+
 def uninstall(agent: str, path: Path) -> list[str]:
-    """Remove loopwatch's hook entries from ``path``, leaving everything else."""
+    """Remove loopwatch's hooks for ``agent`` from ``path``, leaving everything else."""
+    target = _check(agent)
     if not path.exists():
         return []
+    if target.kind == "own":
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if not is_ours(text, agent):
+            return []  # a file of the same name that is not loopwatch's
+        _remove(path)
+        return ["removed loopwatch's hooks"]
     data = _load(path)
     hooks = data.get("hooks")
     if not isinstance(hooks, dict):
@@ -147,7 +273,7 @@ def uninstall(agent: str, path: Path) -> list[str]:
         kept_groups = []
         for group in groups:
             if isinstance(group, dict) and isinstance(group.get("hooks"), list):
-                kept = [h for h in group["hooks"] if not _is_ours(h, agent)]
+                kept = [h for h in group["hooks"] if not is_ours(_handler_command(h), agent)]
                 if len(kept) != len(group["hooks"]):
                     changes.append(f"removed the {event} hook")
                 if not kept:
@@ -158,41 +284,70 @@ def uninstall(agent: str, path: Path) -> list[str]:
             hooks[event] = kept_groups
         else:
             del hooks[event]
+    if not changes:
+        return []
     if not hooks:
         del data["hooks"]
-    if changes:
-        _save(path, data)
+    if data:
+        _write(path, json.dumps(data, indent=2) + "\n")
+    else:
+        _remove(path)
+        changes.append(f"removed {path.name}, left empty")
     return changes
 
 
+_NOTES = {
+    "codex": "Codex runs hooks only with `hooks = true` under [features] in its config.toml, "
+    "and a project's hooks only in a trusted project.",
+    "gemini-cli": "Gemini CLI runs a project's hooks only in a trusted folder.",
+    "copilot-cli": "Copilot CLI loads a repository's hooks only in a trusted folder "
+    "(--trust-folder, or when it asks).",
+}
+
+
 def add_parsers(sub: Any) -> None:
-    """The ``hook``, ``install`` and ``uninstall`` subcommands of ``loopwatch``."""
-    agents = tuple(_EVENTS)
+    """The ``hook``, ``install``, ``uninstall`` and ``doctor`` subcommands."""
     p_hook = sub.add_parser("hook", help="answer one coding-agent hook call (payload on stdin)")
-    p_hook.add_argument("agent", choices=agents)
-    p_hook.set_defaults(func=_cmd_hook)
+    p_hook.add_argument("agent", choices=AGENTS)
+    p_hook.add_argument("event", nargs="?", default="", help=argparse.SUPPRESS)
+    p_hook.set_defaults(func=_cmd_hook, config_free=True)
     for name, helptext in (
         ("install", "add loopwatch's hooks to a coding agent's settings"),
         ("uninstall", "remove loopwatch's hooks from a coding agent's settings"),
     ):
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("agent", choices=agents)
+        p.add_argument("agent", choices=AGENTS)
         scope = p.add_mutually_exclusive_group()
         scope.add_argument(
             "--project", dest="scope", action="store_const", const="project",
-            help="this project's settings (the default)",
+            help="this project's settings, at the root of its git repository (the default)",
         )  # fmt: skip
         scope.add_argument(
             "--user", dest="scope", action="store_const", const="user",
             help="your user settings (every project)",
         )  # fmt: skip
-        p.set_defaults(func=_cmd_install if name == "install" else _cmd_uninstall, scope=None)
+        p.set_defaults(
+            func=_cmd_install if name == "install" else _cmd_uninstall, scope=None,
+            config_free=True,
+        )  # fmt: skip
+    p_doc = sub.add_parser(
+        "doctor", help="show whether the coding-agent hooks are installed and working"
+    )
+    p_doc.add_argument("--json", action="store_true", help="one JSON object")
+    p_doc.add_argument("--calls", type=int, default=5, metavar="N", help="last hook calls shown")
+    p_doc.set_defaults(func=_cmd_doctor, config_free=True)
 
 
 def _cmd_hook(args: argparse.Namespace, config: Any) -> int:
     from ._dispatch import main
 
-    return main([args.agent])
+    return main([args.agent, *([args.event] if args.event else [])])
+
+
+def _cmd_doctor(args: argparse.Namespace, config: Any) -> int:
+    from .doctor import run
+
+    return run(as_json=args.json, calls=args.calls)
 
 
 def _cmd_install(args: argparse.Namespace, config: Any) -> int:
@@ -204,9 +359,10 @@ def _cmd_uninstall(args: argparse.Namespace, config: Any) -> int:
 
 
 def _edit(args: argparse.Namespace, action: Any) -> int:
-    path = settings_path(args.agent, args.scope or "project")
+    scope = args.scope or "project"
+    path = settings_path(args.agent, scope)
     try:
-        changes = action(args.agent, path)
+        changes = action(args.agent, path, scope) if action is install else action(args.agent, path)
     except (OSError, ValueError) as exc:
         print(f"loopwatch {args.command}: {path}: {exc}", file=sys.stderr)
         return 2
@@ -216,7 +372,7 @@ def _edit(args: argparse.Namespace, action: Any) -> int:
     for change in changes:
         print(f"{path}: {change}")
     if action is install:
-        print(f"hook command: {hook_command(args.agent)}")
-        if args.agent == "codex":
-            print("Codex runs hooks only with `hooks = true` under [features] in config.toml.")
+        print(f"hook command: {hook_command(args.agent, scope)}")
+        if args.agent in _NOTES:
+            print(_NOTES[args.agent])
     return 0

@@ -16,10 +16,10 @@ per line, a record written again (same ``id``) when it changes, and ``$set``
 patches, which carry no steps. The last version of each record counts, in order
 of first appearance. A ``gemini`` record is a ``model`` event (its ``content``),
 then each of its ``toolCalls`` as a ``tool_call`` and a ``tool_result``
-(``status`` other than ``success`` is a failure; the process group id and any
-``<hook_context>`` a hook appended are not part of the output); a ``user`` record
-with text is
-a ``user`` event (not the ``<session_context>`` the CLI sends first).
+(``status`` other than ``success`` is a failure; the output is read by
+:func:`~loopwatch.hooks._events.gemini_result`, as the hook reads it); a ``user``
+record with text is a ``user`` event (not the ``<session_context>`` the CLI sends
+first).
 
 In both, a tool call that follows a result or a prompt with no model message in
 between starts a model turn (an empty ``model`` event), as the hooks do.
@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from ..hooks._events import tool_call, tool_result, user_prompt
+from ..hooks._events import gemini_result, tool_call, tool_result, user_prompt
 from ._common import Item, Reader, number
 from .base import InputError, TraceRun
 
@@ -49,9 +49,6 @@ _SHELL_TOOLS = frozenset({"exec_command", "shell", "container.exec", "local_shel
 _INJECTED = re.compile(r"^\s*<(environment_context|user_instructions|skills_instructions|"
                        r"permissions[^>]*|session_context|user_shell_command)>")  # fmt: skip
 _EXIT = re.compile(r"^Process exited with code (-?\d+)$", re.MULTILINE)
-_PGID = re.compile(r"^Process Group PGID: \d+\s*$", re.MULTILINE)
-# What hooks appended to a result (Gemini CLI's AfterTool context): not the tool's output.
-_HOOK_CONTEXT = re.compile(r"\s*<hook_context>.*?</hook_context>", re.DOTALL)
 
 
 def codex_looks_like(obj: Any) -> bool:
@@ -237,22 +234,7 @@ class GeminiSessionReader(Reader):
                 for call in calls:
                     events.append(tool_call(call.get("name"), call.get("args"), call.get("id")))
                 for call in calls:
-                    text = _gemini_result(call.get("result"))
+                    text = gemini_result(call.get("result"))
                     failed = call.get("status") not in (None, "success")
                     events.append(tool_result(call.get("name"), call.get("id"), text, failed))
         yield TraceRun(self.run_id or self.path, events, self.meta, {}, self.path, self.line)
-
-
-def _gemini_result(result: Any) -> str:
-    """A tool call's output as the model read it, without the per-run process id."""
-    parts = result if isinstance(result, list) else [result]
-    texts = []
-    for part in parts:
-        response = part.get("functionResponse") if isinstance(part, Mapping) else None
-        if isinstance(response, Mapping):
-            inner = response.get("response")
-            value = inner.get("output", inner) if isinstance(inner, Mapping) else inner
-            texts.append(value if isinstance(value, str) else orjson.dumps(value).decode())
-        elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
-            texts.append(part["text"])
-    return _HOOK_CONTEXT.sub("", _PGID.sub("", "\n".join(texts)))
