@@ -137,10 +137,10 @@ def openinference(instrumentor: Any, **options: Any) -> Iterator[Any]:
 
 def assert_scans_like_the_live_run(events: list[dict[str, Any]], exported: Scanned) -> None:
     """The exported run scans to the verdict of the live events (the default configuration:
-    the 5th identical call stops), stops after as many tool calls, with the same detectors."""
+    the 3rd identical call stops), stops after as many tool calls, with the same detectors."""
     live = scan(events, config=Config())
     assert exported.verdict == live.verdict == "stop"
     assert live.first_stop is not None
     live_calls = sum(e["kind"] == "tool_call" for e in events[: live.first_stop + 1])
-    assert exported.tool_calls_before_stop == live_calls == 5
+    assert exported.tool_calls_before_stop == live_calls == 3
     assert [f.detector for f in exported.report.findings] == [f.detector for f in live.findings]

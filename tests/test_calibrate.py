@@ -80,7 +80,8 @@ def test_calibrate_cli_writes_a_valid_configuration(
     out = tmp_path / "loopwatch.toml"
     assert main(["calibrate", str(good), "--target-false-stop", "0.01", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "repeated_call.stop_at: 5 -> 7" in printed and "upper bound" in printed
+    # the defaults stop a poll at its 3rd unchanged status: calibration raises it to 7
+    assert "repeated_call.stop_at: 3 -> 7" in printed and "upper bound" in printed
     loaded = Config.load(out)
     assert loaded.sections["repeated_call"]["stop_at"] == 7
     assert main(["calibrate", str(good), "--target-false-stop", "2"]) == 2

@@ -17,10 +17,12 @@ def test_explain_marks_evidence_and_findings(capsys: pytest.CaptureFixture[str])
     assert "A-alternate-same-args" in lines[0] and "stop" in lines[0]
     event_lines = [ln for ln in lines if ln[:7].strip().lstrip("▌").strip().isdigit()]
     assert len(event_lines) == 24  # short run: every event shown
-    # futility stops first (5 results the run already had), the cycle a step later
-    assert any("◀ STOP" in ln and " 13 " in ln for ln in lines)
+    # futility warns first (3 results the run already had); the defaults then stop the 3rd
+    # identical web_fetch (its two before returned the same page); futility and the cycle
+    # stop later
+    assert any("◀ STOP" in ln and " 10 " in ln for ln in lines)
     assert any("◀ WARN" in ln and " 9 " in ln for ln in lines)
-    assert "futility stop" in out
+    assert "repeated_call stop" in out and "futility stop" in out
     assert "cycle stop" in out and "web_search -> web_fetch" in out
     marked = {int(ln[1:6]) for ln in event_lines if ln.startswith("▌")}
     assert {0, 2, 4, 14} <= marked

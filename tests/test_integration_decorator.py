@@ -55,7 +55,7 @@ class RecordingGuard(Guard):
         return [e for r, e in zip(self.run_ids, self.events, strict=True) if r == run_id]
 
 
-def test_stop_raises_before_the_fifth_identical_call_runs() -> None:
+def test_stop_raises_before_the_third_identical_call_runs() -> None:
     guard = RecordingGuard()
     ran: list[str] = []
 
@@ -68,7 +68,9 @@ def test_stop_raises_before_the_fifth_identical_call_runs() -> None:
         for _ in range(10):
             search("paris weather")
 
-    assert len(ran) == 4
+    # the defaults stop the 3rd identical call once the two before it returned the same
+    # result: two calls ran, the third raised before running
+    assert len(ran) == 2
     verdict = caught.value.verdict
     assert verdict.findings[0].detector == "repeated_call"
     assert "search" in str(caught.value)
@@ -87,11 +89,12 @@ def test_async_functions_are_watched_too() -> None:
         return "18C cloudy"
 
     async def agent() -> list[str]:
-        return [await search(q="paris weather") for _ in range(6)]
+        return [await search(q="paris weather") for _ in range(5)]
 
     results = asyncio.run(agent())
-    assert results == ["18C cloudy"] * 4 + ["SKIPPED"] * 2
-    assert len(ran) == 4
+    # two calls ran; the 3rd, 4th and 5th were skipped (max_skips=3: a 6th would stop)
+    assert results == ["18C cloudy"] * 2 + ["SKIPPED"] * 3
+    assert len(ran) == 2
     assert guard.first("skip") == scan(guard.events, config=guard.config).first_stop
 
 
@@ -103,9 +106,9 @@ def test_skip_value_can_be_computed_from_the_verdict() -> None:
     def lookup(key: str) -> dict[str, str]:
         return {"value": "same"}
 
-    out = [lookup("k") for _ in range(5)]
-    assert out[:4] == [{"value": "same"}] * 4
-    assert out[4]["error"].startswith("[loopwatch] This call was not executed.")
+    out = [lookup("k") for _ in range(3)]
+    assert out[:2] == [{"value": "same"}] * 2
+    assert out[2]["error"].startswith("[loopwatch] This call was not executed.")
 
 
 def test_one_guard_sees_a_cycle_across_tools(caplog: pytest.LogCaptureFixture) -> None:
@@ -139,13 +142,15 @@ def test_runs_are_kept_apart_by_current_run() -> None:
     def search(q: str) -> str:
         return "same"
 
-    for _ in range(4):  # 4 calls in each of two runs: neither reaches stop_at=5
+    # 2 calls in each of two runs: neither reaches the 3rd identical call, which the
+    # defaults stop; one run would have stopped at the 3rd of these 4 calls
+    for _ in range(2):
         with current_run("a"):
             search("x")
         with current_run("b"):
             search("x")
     assert guard.first("stop") is None
-    assert len(guard.events_of("a")) == len(guard.events_of("b")) == 8
+    assert len(guard.events_of("a")) == len(guard.events_of("b")) == 4
 
 
 def test_warn_calls_on_warn_and_errors_are_observed() -> None:
@@ -174,7 +179,9 @@ def test_positional_and_keyword_calls_are_the_same_call() -> None:
 
     search("x")
     search(q="x")
-    search("x", 1)
+    # the defaults stop the 3rd identical call: this one is stopped because it is the same
+    with pytest.raises(LoopDetected):
+        search("x", 1)
     calls = [e for e in guard.events if e["kind"] == "tool_call"]
     assert [c["args"] for c in calls] == [{"q": "x", "page": 1}] * 3
 

@@ -127,16 +127,19 @@ def test_no_trace_fails_with_a_clear_reason() -> None:
 
 def test_strict_mode_and_configuration_keywords() -> None:
     trace = traced(lambda: [web_search(q="paris weather") for _ in range(3)])
-    lenient = LoopwatchMetric(threshold=0.3)  # fail only what the guard would stop
+    # the defaults stop the 3rd identical call outright; the keywords make it a warning
+    warn_first = {"warn_at": 3, "stop_at": 5}
+    lenient = LoopwatchMetric(threshold=0.3, repeated_call=warn_first)  # fail only a stop
     lenient.measure(case(trace))
     assert lenient.success is True and 0.3 <= lenient.score < 0.5  # a warning only
-    strict = LoopwatchMetric(strict_mode=True)
+    assert lenient.report is not None and lenient.report.first_stop is None
+    strict = LoopwatchMetric(strict_mode=True, repeated_call=warn_first)
     strict.measure(case(trace))
     assert strict.threshold == 1.0 and strict.score == 0.0 and strict.success is False
-    tight = LoopwatchMetric(repeated_call={"stop_at": 3})
-    tight.measure(case(trace))
-    assert tight.success is False and tight.report is not None
-    assert tight.report.first_stop is not None
+    default = LoopwatchMetric(threshold=0.3)  # the same threshold, without the keywords
+    default.measure(case(trace))
+    assert default.success is False and default.report is not None
+    assert default.report.first_stop is not None
 
 
 def test_the_metric_runs_inside_deepevals_own_evaluation_loop(
@@ -158,7 +161,8 @@ def test_the_metric_runs_inside_deepevals_own_evaluation_loop(
     ):
         agent(golden.input)
     assert metric.success is False and metric.report is not None
-    assert metric.report.first_stop == 9  # span, then call/result pairs: the 5th call
+    # span, then call/result pairs: the defaults stop the 3rd identical call
+    assert metric.report.first_stop == 5
 
 
 def test_span_to_events_maps_each_span_type() -> None:
@@ -294,7 +298,8 @@ def test_the_score_bands_follow_the_guards_verdict() -> None:
     scores = {}
     for name, trace in (("ok", traced(paging)), ("warn", three),
                         ("stop", traced(six_identical_calls))):  # fmt: skip
-        metric = LoopwatchMetric()
+        # the defaults stop the 3rd identical call outright; the warn band needs a warning
+        metric = LoopwatchMetric(repeated_call={"warn_at": 3, "stop_at": 5})
         metric.measure(case(trace))
         assert metric.report is not None and metric.report.verdict == name
         scores[name] = metric.score

@@ -129,13 +129,14 @@ def test_stop_ends_the_run_where_scan_says_and_the_tool_never_runs(mode: str) ->
     assert report.first_stop is not None
     assert guard.first("stop") == report.first_stop == len(guard.events) - 1
     assert guard.events[report.first_stop]["kind"] == "tool_call"
-    # default repeated_call stop_at=5: four calls ran, the fifth was stopped before running
-    assert len(counter.calls) == 4
-    assert len(model.requests) == 5
+    # the defaults stop the 3rd identical call once the two before it returned the same
+    # result: two calls ran, the third was stopped before running
+    assert len(counter.calls) == 2
+    assert len(model.requests) == 3
     messages = result["messages"]
     stopped = messages[-2]
     assert isinstance(stopped, ToolMessage) and stopped.status == "error"
-    assert stopped.tool_call_id == "call-4"
+    assert stopped.tool_call_id == "call-2"
     assert stopped.content.startswith("[loopwatch] Run stopped:")
     assert isinstance(messages[-1], AIMessage) and messages[-1].content == stopped.content
     assert not messages[-1].tool_calls
@@ -143,7 +144,8 @@ def test_stop_ends_the_run_where_scan_says_and_the_tool_never_runs(mode: str) ->
 
 @pytest.mark.parametrize("mode", MODES)
 def test_warning_goes_into_the_next_request_only_after_the_tool_results(mode: str) -> None:
-    guard = RecordingGuard()
+    # the defaults stop the 3rd identical call outright; this test needs a warning first
+    guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     model = ScriptedChatModel(script=relentless)
     agent = create_agent(
         model, tools=[make_search(Counter())], middleware=[LoopwatchMiddleware(guard)]
@@ -173,7 +175,8 @@ def test_warning_goes_into_the_next_request_only_after_the_tool_results(mode: st
 
 @pytest.mark.parametrize("mode", MODES)
 def test_skip_returns_an_error_tool_message_instead_of_running_the_tool(mode: str) -> None:
-    guard = RecordingGuard(on_loop="skip")
+    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     model = ScriptedChatModel(script=loops_then_answers(6))
     counter = Counter()
     agent = create_agent(
@@ -315,7 +318,8 @@ def test_a_thread_continues_after_a_stop_with_a_valid_history() -> None:
     """After a stop the history is valid: every tool call is answered, so the next
     user turn on the same thread reaches the model."""
     guard = RecordingGuard()
-    replies = iter([*(calls("search", {"q": "paris weather"}, i) for i in range(5))])
+    # the defaults stop the 3rd of these identical calls: the script has no call left after
+    replies = iter([*(calls("search", {"q": "paris weather"}, i) for i in range(3))])
 
     def script(turn: int, messages: list[BaseMessage]) -> AIMessage:
         return next(replies, AIMessage(content="Sorry, here is what I have: 18C."))
@@ -341,7 +345,8 @@ def test_a_thread_continues_after_a_stop_with_a_valid_history() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_callback_handler_raises_before_the_tool_runs(mode: str) -> None:
-    guard = RecordingGuard()
+    # the defaults stop the 3rd identical call outright; this test needs warnings first
+    guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     handler = LoopwatchCallbackHandler(guard)
     counter = Counter()
     agent = create_agent(ScriptedChatModel(script=relentless), tools=[make_search(counter)])

@@ -94,7 +94,9 @@ def test_stop_raises_at_the_event_scan_reports_and_the_tool_stops_running(stream
     verdict = caught.value.verdict
     assert verdict.action == "stop" and "search" in str(caught.value)
     assert str(caught.value).startswith("[loopwatch] Run stopped")
-    assert len(ran) == 4 and len(model.requests) == 5, "the 5th identical call never ran"
+    # the defaults stop the 3rd identical call once the two before it returned the same
+    # result: two calls ran, the third was stopped before running
+    assert len(ran) == 2 and len(model.requests) == 3, "the 3rd identical call never ran"
     report = scan(guard.events, config=guard.config)
     assert verdict.step == report.first_stop
     assert guard.events[verdict.step]["kind"] == "tool_call"
@@ -120,12 +122,14 @@ def test_streamed_events_flow_until_the_stop() -> None:
 
     with pytest.raises(LoopDetected):
         run(go)
-    assert seen.count("AgentStream") == 5 and seen.count("ToolCallResult") == 5
-    assert len(ran) == 4
+    # the defaults stop the 3rd identical call: its result event still flows, the tool not
+    assert seen.count("AgentStream") == 3 and seen.count("ToolCallResult") == 3
+    assert len(ran) == 2
 
 
 def test_warning_reaches_the_next_request_once_and_stays_out_of_the_memory() -> None:
-    guard = RecordingGuard()
+    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     ran: list[str] = []
     model = Scripted(loops_then_answers(3))
     agent = LoopwatchLlamaIndex(guard).attach(
@@ -153,7 +157,8 @@ def test_warning_reaches_the_next_request_once_and_stays_out_of_the_memory() -> 
 
 
 def test_skip_answers_the_model_without_running_the_tool() -> None:
-    guard = RecordingGuard(on_loop="skip")
+    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     ran: list[str] = []
     model = Scripted(loops_then_answers(6))
     agent = LoopwatchLlamaIndex(guard).attach(
@@ -216,7 +221,7 @@ def test_a_context_is_a_conversation_and_each_run_a_user_turn() -> None:
 def test_a_stop_is_raised_once_and_the_conversation_goes_on() -> None:
     guard = RecordingGuard()
     ran: list[str] = []
-    model = Scripted(loops_then_answers(5))
+    model = Scripted(loops_then_answers(3))  # the defaults stop the 3rd: the script's last call
     agent = LoopwatchLlamaIndex(guard).attach(
         FunctionAgent(tools=[make_search(ran)], llm=model.llm)
     )
@@ -258,7 +263,8 @@ def test_agent_workflow_handoffs_and_each_agent_named() -> None:
         run(lambda: workflow.run("Weather in Paris?"))
 
     assert "search" in str(caught.value)
-    assert len(set(guard.run_ids)) == 1 and len(ran) == 4
+    # the defaults stop the researcher's 3rd identical search
+    assert len(set(guard.run_ids)) == 1 and len(ran) == 2
     handoff = next(e for e in guard.events if e.get("to") == "researcher")
     assert handoff == {
         "kind": "model",
@@ -285,7 +291,7 @@ def test_react_agent_with_a_text_llm_is_watched_too() -> None:
 
     with pytest.raises(LoopDetected):
         run(lambda: agent.run("Weather in Paris?"))
-    assert len(ran) == 4
+    assert len(ran) == 2, "the defaults stop the 3rd identical call"
     first = next(e for e in guard.events if e["kind"] == "tool_call")
     assert first["args"] == {"q": "paris weather"}
 

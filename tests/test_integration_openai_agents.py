@@ -105,13 +105,16 @@ def test_stop_raises_at_the_event_scan_reports_and_the_tool_never_runs(mode: str
     report = scan(guard.events, config=guard.config)
     assert verdict.step == report.first_stop == len(guard.events) - 1
     assert guard.events[verdict.step]["kind"] == "tool_call"
-    assert len(ran) == 4 and len(model.calls) == 5
+    # the defaults stop the 3rd identical call once the two before it returned the same
+    # result: two calls ran, the third was stopped before running
+    assert len(ran) == 2 and len(model.calls) == 3
     assert set(guard.run_ids) == {"r-stop"}
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_warning_is_the_last_input_item_of_the_next_call_only(mode: str) -> None:
-    guard = RecordingGuard()
+    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     watch, model, agent, _ = setup(guard, same_call(3))
     lw_run = watch.run()
 
@@ -130,7 +133,8 @@ def test_warning_is_the_last_input_item_of_the_next_call_only(mode: str) -> None
 
 @pytest.mark.parametrize("mode", MODES)
 def test_skip_rejects_the_call_without_running_the_tool(mode: str) -> None:
-    guard = RecordingGuard(on_loop="skip")
+    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     watch, model, agent, ran = setup(guard, same_call(6))
     lw_run = watch.run()
 
@@ -216,7 +220,8 @@ def test_run_config_is_extended_not_replaced() -> None:
         seen.append(len(data.model_data.input))
         return data.model_data
 
-    guard = RecordingGuard()
+    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     watch, model, agent, _ = setup(guard, same_call(3))
     base = RunConfig(
         workflow_name="mine", trace_metadata={"team": "x"}, call_model_input_filter=mine

@@ -152,14 +152,17 @@ def test_stop_raises_loop_detected_at_the_event_scan_reports(mode: str) -> None:
     assert verdict.step == report.first_stop == len(guard.events) - 1
     assert guard.events[0] == {"kind": "user", "text": QUESTION}
     assert guard.events[verdict.step]["kind"] == "tool_call"
-    assert len(ran) == 4 and len(script.requests) == 5, "the 5th identical call never ran"
+    # the defaults stop the 3rd identical call once the two before it returned the same
+    # result: two calls ran, the third was stopped before running
+    assert len(ran) == 2 and len(script.requests) == 3, "the 3rd identical call never ran"
     assert set(guard.run_ids) == {"r-stop"}
     assert all(e.get("agent") == "researcher" for e in guard.events[1:])
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_warning_reaches_the_next_request_only_after_the_tool_return(mode: str) -> None:
-    guard = RecordingGuard()
+    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     script = Script(3)
     agent = make_agent(guard, script, [])
 
@@ -182,7 +185,8 @@ def test_warning_reaches_the_next_request_only_after_the_tool_return(mode: str) 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_skip_answers_the_call_without_running_the_tool(mode: str) -> None:
-    guard = RecordingGuard(on_loop="skip")
+    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     ran: list[dict[str, Any]] = []
     script = Script(6)
     agent = make_agent(guard, script, ran)
@@ -326,13 +330,13 @@ def test_the_otel_trace_pydantic_ai_exports_scans_to_the_live_verdict() -> None:
     agent = make_agent(guard, Script(6), ran, Instrumentation(settings=settings))
     agent.run_sync(QUESTION, conversation_id="otel-1")
 
-    # both scanned with the default configuration, where the 5th identical call stops
+    # both scanned with the default configuration, where the 3rd identical call stops
     live = scan(guard.events, config=Config())
     [exported] = scan_otlp(exporter.get_finished_spans(), config=Config())
     assert exported.verdict == live.verdict == "stop"
     assert live.first_stop is not None
     live_calls = sum(e["kind"] == "tool_call" for e in guard.events[: live.first_stop + 1])
-    assert exported.tool_calls_before_stop == live_calls == 5
+    assert exported.tool_calls_before_stop == live_calls == 3
     assert [f.detector for f in exported.report.findings] == [f.detector for f in live.findings]
 
 

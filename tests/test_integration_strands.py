@@ -100,12 +100,14 @@ def test_stop_raises_loop_detected_at_the_event_scan_reports(mode: str) -> None:
     assert verdict.step == report.first_stop == len(guard.events) - 1
     assert guard.events[0] == {"kind": "user", "text": QUESTION}
     assert guard.events[verdict.step]["kind"] == "tool_call"
-    assert len(ran) == 4 and len(model.requests) == 5, "the 5th identical call never ran"
+    # the defaults stop the 3rd identical call once the two before it returned the same
+    # result: two calls ran, the third was stopped before running
+    assert len(ran) == 2 and len(model.requests) == 3, "the 3rd identical call never ran"
     assert set(guard.run_ids) == {agent.session_id}
     assert all(e.get("agent") == "researcher" for e in guard.events[1:])
     # Strands' own stop: the call is answered, the turn ends with the message, and the
     # conversation stays valid for the next turn.
-    assert tool_results(agent.messages)["call-4"] == ("error", verdict.message)
+    assert tool_results(agent.messages)["call-2"] == ("error", verdict.message)
     assert agent.messages[-1]["role"] == "assistant"
     assert agent.messages[-1]["content"] == [{"text": verdict.message}]
     assert roles_alternate(agent.messages)
@@ -116,7 +118,8 @@ def test_stop_raises_loop_detected_at_the_event_scan_reports(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_warning_reaches_the_next_request_only_after_the_tool_results(mode: str) -> None:
-    guard = RecordingGuard()
+    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     model = ScriptedModel(calls_then_answer(3))
     agent = make_agent(guard, model, [])
 
@@ -135,7 +138,8 @@ def test_warning_reaches_the_next_request_only_after_the_tool_results(mode: str)
 
 @pytest.mark.parametrize("mode", MODES)
 def test_skip_answers_the_call_without_running_the_tool(mode: str) -> None:
-    guard = RecordingGuard(on_loop="skip")
+    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     ran: list[dict[str, Any]] = []
     model = ScriptedModel(calls_then_answer(6))
     agent = make_agent(guard, model, ran)
@@ -263,7 +267,7 @@ def test_an_agent_used_as_a_tool_joins_the_run_and_its_loop_stops_the_caller() -
         "text": "Find the weather in Paris.",
     }
     assert {e.get("agent") for e in guard.events if e["kind"] == "model"} == {"boss", "worker"}
-    assert len(ran) == 4
+    assert len(ran) == 2, "the worker's 3rd identical search was stopped (the defaults)"
     assert caught.value.verdict.step == scan(guard.events, config=guard.config).first_stop
     assert len(boss_model.requests) == 1, "the boss's run ended with the worker's stop"
     assert roles_alternate(boss.messages)
@@ -299,7 +303,7 @@ def test_a_swarm_is_one_run_whose_events_name_their_agent() -> None:
         "planner",
         "researcher",
     }
-    assert len(ran) == 4
+    assert len(ran) == 2, "the researcher's 3rd identical search was stopped (the defaults)"
 
 
 def test_passing_guard_and_keywords_is_refused() -> None:
@@ -390,4 +394,4 @@ def test_the_otel_trace_strands_exports_scans_to_the_live_verdict(conventions: s
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["exported"] == found["live"]
-    assert found["live"][:2] == ["stop", 5]
+    assert found["live"][:2] == ["stop", 3], "the defaults stop the 3rd identical call"

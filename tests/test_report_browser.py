@@ -69,18 +69,19 @@ def clean_run(run_id: str, pages: int) -> dict[str, Any]:
 
 
 def many_loops_run(run_id: str, loops: int) -> dict[str, Any]:
-    """``loops`` different searches, each repeated until it is stopped: one warning
-    and one stop finding per search (the scan lists each pattern once)."""
+    """``loops`` different searches, each repeated until it is stopped (the defaults stop
+    the 3rd identical call): one stop finding per search (the scan lists each pattern
+    once)."""
     events: list[dict[str, Any]] = [{"kind": "user", "text": "Find everything."}]
     for i in range(loops):
-        for _ in range(5):
+        for _ in range(3):
             events.append({"kind": "tool_call", "name": "web_search", "args": {"q": f"topic {i}"}})
             events.append({"kind": "tool_result", "name": "web_search", "text": f"result {i}"})
     return {"run_id": run_id, "events": events}
 
 
-def scanned(runs: list[dict[str, Any]]) -> list[tuple[TraceRun, Any]]:
-    scanner = Scanner(Config())
+def scanned(runs: list[dict[str, Any]], config: Config | None = None) -> list[tuple[TraceRun, Any]]:
+    scanner = Scanner(config or Config())
     return [
         (TraceRun(r["run_id"], r["events"], path="t.jsonl", line=i + 1), scanner.scan(r))
         for i, r in enumerate(runs)
@@ -166,12 +167,15 @@ def test_table_and_timeline_render_with_a_row_per_run_and_a_mark_per_event(
 ) -> None:
     runs = [looping_run(f"loop-{i:03d}", 3 + i % 4) for i in range(30)]
     runs += [clean_run(f"clean-{i:03d}", 2 + i % 5) for i in range(90)]
-    items = scanned(runs)
+    # the defaults stop the 3rd identical call outright; this test needs warned runs and a
+    # run whose first warning comes before its stop (3 and 4 repeats warn, 5 and 6 stop)
+    items = scanned(runs, Config.from_mapping({"repeated_call": {"warn_at": 3, "stop_at": 5}}))
     path = tmp_path / "report.html"
     write_report(items, path)
     page = open_page(path)
 
     verdicts = [report.verdict for _, report in items]
+    assert all(verdicts.count(v) for v in ("ok", "warn", "stop")), "each count is shown"
     for verdict in ("ok", "warn", "stop"):
         assert page.page.inner_text(f"#count-{verdict}") == str(verdicts.count(verdict))
     # 120 runs, 50 per page: pages of 50, 50, 20
@@ -183,6 +187,7 @@ def test_table_and_timeline_render_with_a_row_per_run_and_a_mark_per_event(
     assert page.page.is_disabled("#page-next")
 
     target_run, target = next((r, rep) for r, rep in items if rep.verdict == "stop")
+    assert target.first_warn < target.first_stop
     page.open_run(target_run.run_id)
     assert page.marks().count() == len(target_run.events)
     assert page.page.get_attribute("#timeline .mk.pt-w", "data-i") == str(target.first_warn)
@@ -332,7 +337,7 @@ def test_a_long_run_renders_every_event_and_pages_past_the_limit(
     long_run = looping_run("five-thousand", 1666)  # 1 + 3 * 1666 = 4,999 events
     long_run["events"].append({"kind": "model", "text": "done"})
     huge_run = clean_run("huge", (TIMELINE_PAGE + 2_000) // 2)
-    items = scanned([long_run, huge_run, many_loops_run("many-loops", 250)])
+    items = scanned([long_run, huge_run, many_loops_run("many-loops", 450)])
     path = tmp_path / "report.html"
     write_report(items, path)
     page = open_page(path)
