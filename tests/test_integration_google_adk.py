@@ -108,7 +108,9 @@ def test_stop_ends_the_run_the_adk_way_at_the_event_scan_reports(mode: str) -> N
     assert verdict.step == report.first_stop == len(guard.events) - 1
     assert guard.events[0] == {"kind": "user", "text": QUESTION}
     assert guard.events[verdict.step]["kind"] == "tool_call"
-    assert len(app.ran) == 4 and len(app.model.requests) == 5, "no call after the stop"
+    # the defaults stop the 3rd identical call once the two before it returned the same
+    # result: two calls ran, the third was stopped before running
+    assert len(app.ran) == 2 and len(app.model.requests) == 3, "no call after the stop"
     last = events[-1]
     assert last.is_final_response()
     [part] = last.content.parts
@@ -120,7 +122,8 @@ def test_stop_ends_the_run_the_adk_way_at_the_event_scan_reports(mode: str) -> N
 
 @pytest.mark.parametrize("mode", MODES)
 def test_warning_is_in_the_next_request_only_after_the_function_response(mode: str) -> None:
-    guard = RecordingGuard()
+    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     app = Harness(guard, script(3))
 
     events = app.ask(mode)
@@ -146,7 +149,8 @@ def test_warning_is_in_the_next_request_only_after_the_function_response(mode: s
 
 @pytest.mark.parametrize("mode", MODES)
 def test_skip_answers_the_call_without_running_the_tool(mode: str) -> None:
-    guard = RecordingGuard(on_loop="skip")
+    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     app = Harness(guard, script(6))
 
     events = app.ask(mode)
@@ -260,7 +264,9 @@ def test_the_readme_snippet_runs_and_skips_the_loop(
     message = types.Content(role="user", parts=[types.Part(text=QUESTION)])
     events = list(runner.run(user_id="u", session_id="s", new_message=message))
     assert events[-1].content.parts[0].text == ANSWER
-    assert len(ran) == 4, "on_loop='skip': the 5th and 6th identical calls were answered"
+    # on_loop='skip': two calls ran; the 3rd to 5th were answered without running (three
+    # skips), and the 6th ended the run
+    assert len(ran) == 2, "on_loop='skip': the 3rd and later identical calls were not run"
 
 
 # -- the same run, exported by ADK's own tracing and scanned ------------------------------------
@@ -307,12 +313,12 @@ def test_the_otel_trace_adk_exports_scans_to_the_live_verdict(mode: str, tmp_pat
     calls = [e for e in exported.events if e["kind"] == "tool_call"]
     assert [c.get("args") for c in calls] == [{"q": "paris weather"}] * 6
     assert all("text" in e for e in exported.events if e["kind"] == "tool_result")
-    # both scanned with the default configuration, where the 5th identical call stops
+    # both scanned with the default configuration, where the 3rd identical call stops
     live = scan(events, config=Config())
     assert exported.verdict == live.verdict == "stop"
     assert live.first_stop is not None
     live_calls = sum(e["kind"] == "tool_call" for e in events[: live.first_stop + 1])
-    assert exported.tool_calls_before_stop == live_calls == 5
+    assert exported.tool_calls_before_stop == live_calls == 3
     assert [f.detector for f in exported.report.findings] == [f.detector for f in live.findings]
 
 
