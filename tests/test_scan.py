@@ -13,7 +13,7 @@ from test_parity import on_loops, runs
 from loopwatch import Config, read_runs, scan
 from loopwatch.scan import score_of
 
-# The score's bands (README, docs/concepts.md): the verdict decides the band.
+# The score's bands (docs/concepts/verdicts.md): the verdict decides the band.
 BANDS = {"ok": (1.0, 1.0), "warn": (0.5000001, 0.8), "stop": (0.0, 0.4)}
 
 

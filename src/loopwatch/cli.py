@@ -1,9 +1,9 @@
 """``loopwatch``: scan traces for loops, show the configuration, run the demo.
 
 A thin layer over the Python API (``loopwatch.scan``, ``loopwatch.read_runs``).
-Exit status (FORMAT.md, README): 0 when the scan ran; 1 with ``--fail-on`` when
-a run reaches that verdict; 2 on a usage error, an invalid configuration or
-unreadable input (which outranks 1), decided after every input was read.
+Exit status (FORMAT.md, docs/getting-started.md): 0 when the scan ran; 1 with
+``--fail-on`` when a run reaches that verdict; 2 on a usage error, an invalid
+configuration or unreadable input (which outranks 1), decided after every input was read.
 """
 
 from __future__ import annotations
@@ -270,7 +270,8 @@ def _json_line(obj: dict[str, Any]) -> str:
 
 
 def _exit_status(unreadable: bool, nothing_read: bool, failed: bool) -> int:
-    """The exit-status contract (README, FORMAT.md), decided once every input was read.
+    """The exit-status contract (FORMAT.md, docs/getting-started.md), decided once every
+    input was read.
 
     2: some input could not be read (a file that cannot be opened, decompressed or
     decoded, a run that could not be scanned) or nothing readable was found; the
