@@ -95,9 +95,10 @@ def run_example(name: str, python: str = sys.executable) -> tuple[int, str]:
 
 
 def readme_snippet(module: str) -> str:
-    """The README's "Frameworks" snippet that imports ``loopwatch.integrations.<module>``."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("<!-- frameworks:start -->") : text.index("<!-- frameworks:end -->")]
+    """The snippet of the framework's docs page (docs/integrations/, ``google_adk`` ->
+    ``google-adk.md``) that imports ``loopwatch.integrations.<module>``."""
+    page = ROOT / "docs" / "integrations" / f"{module.replace('_', '-')}.md"
+    section = page.read_text(encoding="utf-8")
     found = [
         code
         for code in re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
@@ -115,7 +116,7 @@ def run_snippet(code: str, **names: Any) -> tuple[dict[str, Any], str]:
     namespace: dict[str, Any] = {"__name__": "readme", **names}
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, "README.md", "exec"), namespace)
+        exec(compile(code, "docs/integrations", "exec"), namespace)
     return namespace, out.getvalue()
 
 

@@ -24,6 +24,13 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
     # (settings, the key named, a fragment of the accepted range)
     ({"max_iterations": "abc"}, "max_iterations", ">= 1"),
     ({"max_iterations": -3}, "max_iterations", ">= 1"),
+    # 0 is not "never" here: a cap of 0 turns would stop every run; no cap is said so
+    ({"max_iterations": 0}, "max_iterations", "enabled = false"),
+    ({"iteration_cap": {"max_iterations": 0}}, "max_iterations", "enabled = false"),
+    ({"store": "redis://localhost/0?ttl_seconds=soon"}, "ttl_seconds", "'1h'"),
+    ({"store": "sqlite:///tmp/x.db?ttl_seconds=-5"}, "ttl_seconds", "positive number"),
+    ({"store": "memory://?ttl_seconds=1x"}, "ttl_seconds", "'30m'"),
+    ({"time_budget": {"enabled": True, "max_seconds": "soon"}}, "max_seconds", "'1h'"),
     ({"exempt_tools": 5}, "exempt_tools", "list of tool names"),
     ({"exempt_tools": "search"}, "exempt_tools", "list of tool names"),
     ({"max_runs": "lots"}, "max_runs", ">= 1"),
@@ -39,7 +46,7 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
     ({"store": "redis://localhost/0", "ttl_seconds": None}, "ttl_seconds", "expire"),
     ({"repeated_call": {"warn_at": 0}}, "warn_at", ">= 1"),
     ({"repeated_call": {"stop_at": -1}}, "stop_at", ">= 1"),
-    ({"repeated_call": {"warn_at": 6}}, "warn_at", "stop_at (5)"),
+    ({"repeated_call": {"warn_at": 6}}, "warn_at", "stop_at (3)"),
     ({"repeated_call": {"window_warn_at": 9}}, "window_warn_at", "window_stop_at (7)"),
     ({"error_loop": {"tool_warn_at": 11}}, "tool_warn_at", "tool_stop_at (10)"),
     ({"cycle": {"warn_repeats": 5}}, "warn_repeats", "stop_repeats (4)"),
@@ -89,13 +96,21 @@ def test_bad_values_are_refused_at_load_naming_key_value_and_range(
             {"error_loop": {"tool_stop_at": 0}},
             lambda c: c.sections["error_loop"]["tool_stop_at"] is None,
         ),
-        ({"max_iterations": 0}, lambda c: c.max_iterations is None),
+        ({"iteration_cap": {"enabled": False}}, lambda c: c.max_iterations is None),
+        ({"max_iterations": None}, lambda c: c.max_iterations is None),  # from Python
         ({"ttl_seconds": "1h"}, lambda c: c.ttl_seconds == 3600.0),
         ({"ttl_seconds": "30m"}, lambda c: c.ttl_seconds == 1800.0),
         ({"ttl_seconds": "90s"}, lambda c: c.ttl_seconds == 90.0),
         ({"ttl_seconds": "1h30m"}, lambda c: c.ttl_seconds == 5400.0),
         ({"ttl_seconds": 2.5}, lambda c: c.ttl_seconds == 2.5),
         ({"ttl_seconds": None}, lambda c: c.ttl_seconds is None),  # memory store: never expire
+        # a duration reads the same wherever it is written
+        ({"store": "redis://localhost/0?ttl_seconds=1h"}, lambda c: True),
+        ({"store": "memory://?ttl_seconds=30m"}, lambda c: True),
+        (
+            {"time_budget": {"enabled": True, "max_seconds": "2m"}},
+            lambda c: c.sections["time_budget"]["max_seconds"] == 120.0,
+        ),
         ({"token_budget": {"enabled": True, "max_tokens": 1000}}, lambda c: True),
         ({"store": "redis://localhost:6379/0"}, lambda c: c.store.startswith("redis")),
     ],
@@ -209,7 +224,7 @@ def test_memory_store_url_options_are_checked_like_the_keys(url: str) -> None:
         {},
         {"frequency": {"enabled": True, "per_tool": {"poll": [5, 10], "clock": [40, 0]}}},
         {"repeated_call": {"window_warn_at": 0, "window_stop_at": 0, "stop_at": 0}},
-        {"error_loop": {"tool_stop_at": 0}, "max_iterations": 0, "ttl_seconds": "2h"},
+        {"error_loop": {"tool_stop_at": 0}, "max_iterations": None, "ttl_seconds": "2h"},
         {"token_budget": {"enabled": True, "max_tokens": 5000}, "exempt_tools": ["b", "a"]},
     ],
 )

@@ -303,9 +303,8 @@ def test_the_readme_pipeline_snippet_runs(tmp_path: Path, monkeypatch: pytest.Mo
     import re
 
     pytest.importorskip("dask.dataframe")
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("<!-- fleet:start -->") : readme.index("<!-- fleet:end -->")]
-    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    page = (Path(__file__).resolve().parents[1] / "docs" / "fleet.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
     lake = tmp_path / "lake" / "agent_events"
     lake.mkdir(parents=True)
     runs = _runs()
@@ -313,7 +312,7 @@ def test_the_readme_pipeline_snippet_runs(tmp_path: Path, monkeypatch: pytest.Mo
     pq.write_table(runs_to_table(runs[2:]), lake / "part-1.parquet")
     monkeypatch.chdir(tmp_path)
     scope: dict[str, Any] = {}
-    exec(compile(code, "README.md", "exec"), scope)
+    exec(compile(code, "docs/fleet.md", "exec"), scope)
     reports = scope["reports"]
     assert dict(zip(reports["run_id"], reports["verdict"], strict=True)) == {
         "loop": "stop",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from hypothesis import given
 from hypothesis import strategies as st
 from runs import Events, model, run, tool
@@ -199,3 +202,25 @@ def test_the_environment_repeating_itself_with_nothing_else_changing() -> None:
         events += [model(f"Continuing ({i}).")]
     report = only(events)
     assert report.first_stop is not None and report.first_warn is not None
+
+
+def test_one_futile_step_of_a_kind_is_said_in_the_singular() -> None:
+    """ "1 commands that do nothing" read badly in the message a model gets."""
+    from loopwatch import Config, scan
+
+    def bash(n: int, command: str, result: str, error: bool = False) -> list[dict[str, Any]]:
+        call = {"kind": "tool_call", "name": "Bash", "args": {"command": command}, "id": f"c{n}"}
+        out = {"kind": "tool_result", "name": "Bash", "text": result, "id": f"c{n}"}
+        return [call, {**out, "error": error}]
+
+    events = [
+        *bash(1, "ls", "a b"),
+        *bash(2, "make", "error: x failed", error=True),
+        *bash(3, "make test", "error: x failed", error=True),  # the same outcome
+        *bash(4, ":", ""),  # a command that does nothing
+    ]
+    report = scan({"run_id": "r", "events": events}, Config())
+    messages = [f.message for f in report.findings if f.detector == "futility"]
+    assert messages, report.findings
+    assert any("1 command that does nothing" in m for m in messages), messages
+    assert not any(re.search(r"\b1 (commands|outcomes|answers)\b", m) for m in messages)

@@ -305,10 +305,7 @@ def test_example_stops_the_loop_by_call_8() -> None:
 
 
 def readme_snippet() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[
-        text.index("<!-- frameworks-b:start -->") : text.index("<!-- frameworks-b:end -->")
-    ]
+    section = (ROOT / "docs" / "integrations" / "crewai.md").read_text(encoding="utf-8")
     found = [
         code
         for code in re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)

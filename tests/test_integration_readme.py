@@ -1,6 +1,7 @@
-"""Every python snippet of the README's integrations section runs, with fakes.
+"""Every python snippet of the docs' LangChain, OpenAI Agents, deepeval and plain-Python
+pages runs, with fakes.
 
-The README says the snippets use two free names: ``model`` (your chat model) and
+The pages say the snippets use two free names: ``model`` (your chat model) and
 ``web_search`` (your tool). This test binds them to scripted fakes that keep calling
 the same tool, runs each snippet as written, and checks what it claims.
 """
@@ -22,15 +23,20 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from test_integration_langchain import ScriptedChatModel
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "integrations"
+PAGES = ("langchain.md", "openai-agents.md", "deepeval.md", "plain-python.md")
+README = DOCS / "langchain.md"  # the file name tracebacks of a snippet show
 set_tracing_disabled(True)
 
 
 def snippets() -> list[str]:
-    text = README.read_text(encoding="utf-8")
-    start = text.index("<!-- integrations:start -->")
-    end = text.index("<!-- integrations:end -->")
-    return re.findall(r"```python\n(.*?)```", text[start:end], flags=re.DOTALL)
+    return [
+        code
+        for page in PAGES
+        for code in re.findall(
+            r"```python\n(.*?)```", (DOCS / page).read_text(encoding="utf-8"), flags=re.DOTALL
+        )
+    ]
 
 
 def web_search(q: str) -> str:

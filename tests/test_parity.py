@@ -21,7 +21,7 @@ from loopwatch import Config, Guard, read_runs, scan
 from loopwatch.engine import Engine, new_state
 from loopwatch.events import Event
 from loopwatch.hooks._dispatch import handle
-from loopwatch.scan import _breakdown
+from loopwatch.scan import _breakdown, score_of
 from loopwatch.state import RunState
 from loopwatch.traces import InputError
 
@@ -105,10 +105,8 @@ def test_scan_equals_guard_replay(run_events: list[dict[str, Any]], on_loop: str
     assert report.findings == [m[0] for m in merged.values()]
     assert report.occurrences == [(m[1], m[2]) for m in merged.values()]
     assert sum(count for count, _ in report.occurrences) == len(findings)
-    score = 1.0  # the score counts every reported stop, as before merging
-    for value in _breakdown(findings).values():
-        score *= value
-    assert report.score == round(score, 4)
+    # the score counts every reported stop, as before merging
+    assert report.score == score_of(report.verdict, _breakdown(findings))
     assert (report.first_warn, report.first_stop) == (first_warn, first_stop)
     if report.first_stop is not None:
         assert report.first_warn is not None and report.first_warn <= report.first_stop

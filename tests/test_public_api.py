@@ -95,3 +95,80 @@ def test_the_exceptions_can_be_subclassed_with_other_bases() -> None:
         pass
 
     assert str(Mine("down")) == "down"
+
+
+def _source_docs() -> dict[str, str]:
+    """``Class`` / ``Class.method`` / ``function`` -> docstring, from the sources of
+    the public API (what the pure build shows and the compiled one must too)."""
+    import ast
+    from pathlib import Path
+
+    docs: dict[str, str] = {}
+    for name in loopwatch.__all__:
+        obj = getattr(loopwatch, name)
+        module = getattr(obj, "__module__", None)
+        if not isinstance(module, str) or not module.startswith("loopwatch"):
+            continue
+        package = Path(loopwatch.__file__).parent
+        source = package.joinpath(*module.split(".")[1:]).with_suffix(".py")
+        if not source.exists():  # a package: loopwatch.detectors
+            source = package.joinpath(*module.split(".")[1:], "__init__.py")
+        for node in ast.parse(source.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+                if ast.get_docstring(node):
+                    docs[name] = ast.get_docstring(node) or ""
+                for item in getattr(node, "body", []) if isinstance(node, ast.ClassDef) else []:
+                    if isinstance(item, ast.FunctionDef) and not item.name.startswith("_"):
+                        doc = ast.get_docstring(item)
+                        if doc:
+                            docs[f"{name}.{item.name}"] = doc
+    return docs
+
+
+def test_docstrings_and_signatures_show_in_this_build() -> None:
+    """help(), IDEs that introspect and the docs read the same docstrings in both
+    builds: mypyc drops them, and setup.py writes them back into the compiled C."""
+    import inspect
+
+    docs = _source_docs()
+    assert {"Guard", "Guard.observe", "Guard.aobserve", "Verdict", "Finding", "scan"} <= set(docs)
+    for dotted, doc in docs.items():
+        obj = loopwatch
+        for part in dotted.split("."):
+            obj = getattr(obj, part)
+        assert inspect.getdoc(obj) == doc, (dotted, loopwatch.compiled)
+    for method in (loopwatch.Guard.observe, loopwatch.Guard.aobserve):
+        assert list(inspect.signature(method).parameters) == ["self", "run_id", "event"]
+
+
+def test_async_with_guard_closes_its_store() -> None:
+    import asyncio
+    from typing import Any
+
+    closed: list[str] = []
+
+    class Tracked(loopwatch.Store):  # a store of the user's: a MemoryStore that says so
+        def __init__(self) -> None:
+            self.inner = loopwatch.MemoryStore()
+
+        def apply(self, run_id: str, fn: Any, factory: Any) -> Any:
+            return self.inner.apply(run_id, fn, factory)
+
+        def get(self, run_id: str) -> Any:
+            return self.inner.get(run_id)
+
+        def reset(self, run_id: str) -> None:
+            self.inner.reset(run_id)
+
+        def __len__(self) -> int:
+            return len(self.inner)
+
+        async def aclose(self) -> None:
+            closed.append("aclose")
+
+    async def main() -> str:
+        async with loopwatch.Guard(Config(), store=Tracked()) as guard:
+            verdict = await guard.aobserve("r", {"kind": "tool_call", "name": "s", "args": {}})
+        return str(verdict.action)
+
+    assert asyncio.run(main()) == "ok" and closed == ["aclose"]

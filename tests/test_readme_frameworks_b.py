@@ -1,4 +1,5 @@
-"""The README's "Frameworks (continued)" snippets run as written, with scripted models.
+"""The smolagents, AutoGen and LlamaIndex docs pages' snippets run as written, with
+scripted models.
 
 The snippets use free names: ``model`` (a smolagents model), ``client`` (an AutoGen
 model client), ``llm`` (a LlamaIndex LLM) and ``web_search`` (the tool, in the
@@ -18,15 +19,15 @@ from test_integration_llama_index import calls as llama_calls
 from test_integration_readme import run_snippet
 from test_integration_smolagents import Scripted, calls
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "integrations"
+PAGES = {"LoopwatchSmolagents": "smolagents.md", "LoopwatchAutogen": "autogen.md"}
 
 
 def snippet(needle: str) -> str:
-    text = README.read_text(encoding="utf-8")
-    start = text.index("<!-- frameworks-b:start -->")
-    end = text.index("<!-- frameworks-b:end -->")
-    found = re.findall(r"```python\n(.*?)```", text[start:end], flags=re.DOTALL)
-    return next(code for code in found if needle in code)
+    text = (DOCS / PAGES.get(needle, "llama-index.md")).read_text(encoding="utf-8")
+    found = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    (code,) = [code for code in found if needle in code]
+    return code
 
 
 @pytest.fixture(autouse=True)

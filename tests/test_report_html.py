@@ -120,6 +120,22 @@ def test_runs_without_spend_report_none(tmp_path: Path) -> None:
     assert "carry no tokens or cost" in " ".join(" ".join(parser.text).split())
 
 
+def test_tokens_without_cost_show_no_cost(tmp_path: Path) -> None:
+    """A trace that records tokens but no cost has no "0 cost" anywhere: the summary
+    names tokens only, and the rows carry no cost."""
+    run = looping_run("tokens-only", 6)
+    for event in run["events"]:
+        event.pop("cost", None)
+    path = tmp_path / "r.html"
+    write_report([run], path, config=Config())
+    parser, rows, _ = read_page(path)
+    text = " ".join(" ".join(parser.text).split())
+    assert "cost" not in rows[0] and "c" not in rows[0] and "ca" not in rows[0]
+    assert rows[0]["tk"] == sum(e["tokens"] for e in run["events"] if "tokens" in e)
+    assert "tokens was spent after the first warning" in text
+    assert "0 cost" not in text and " cost" not in text.split("Spend lost to looping")[1][:400]
+
+
 def test_items_may_be_runs_pairs_dicts_or_errors_and_errors_are_reported(tmp_path: Path) -> None:
     scanner = Scanner(Config())
     loop = looping_run("pair", 5)

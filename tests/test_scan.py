@@ -5,9 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+from hypothesis import HealthCheck, given, settings
 from runs import model, run, tool
+from test_parity import on_loops, runs
 
-from loopwatch import Config, scan
+from loopwatch import Config, read_runs, scan
+from loopwatch.scan import score_of
+
+# The score's bands (docs/concepts/verdicts.md): the verdict decides the band.
+BANDS = {"ok": (1.0, 1.0), "warn": (0.5000001, 0.8), "stop": (0.0, 0.4)}
 
 
 def test_six_identical_calls_score_clearly_below_half() -> None:
@@ -29,6 +36,47 @@ def test_clean_run_scores_one_and_warn_only_stays_above_half() -> None:
     ]
     report = scan(run(events), Config())
     assert report.verdict == "warn" and 0.5 < report.score < 1.0
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(run_events=runs, on_loop=on_loops)
+def test_the_score_is_in_the_band_of_the_verdict(
+    run_events: list[dict[str, Any]], on_loop: str
+) -> None:
+    """Any stopped run scores below any warned run, which scores below any clean run,
+    whatever the detectors found and whatever on_loop turns stop findings into."""
+    report = scan(run(run_events), Config.from_mapping({"on_loop": on_loop}))
+    low, high = BANDS[report.verdict]
+    assert low <= report.score <= high, (report.verdict, report.score, report.breakdown)
+
+
+def test_many_warning_detectors_still_score_above_any_stop() -> None:
+    # 0.8 per warning detector multiplied used to fall below a stop's 0.4 at 4 detectors
+    breakdown = {f"d{i}": 0.8 for i in range(10)}
+    assert 0.5 < score_of("warn", breakdown) < score_of("warn", {"d": 0.8}) == 0.8
+    assert score_of("stop", {"d": 0.4}) == 0.4
+    # under on_loop = "warn" a stop-level finding is a warning: still in the warn band
+    assert 0.5 < score_of("warn", {"d": 0.4}) < 0.8
+
+
+def test_scan_says_what_it_takes(tmp_path: Any) -> None:
+    path = tmp_path / "traces.jsonl"
+    events = [{"kind": "tool_call", "name": "s", "args": {"q": 1}}] * 6
+    path.write_text(json.dumps({"run_id": "r", "events": events}) + "\n")
+    for wrong in (str(path), path, str(path).encode()):
+        with pytest.raises(TypeError, match=r"not a path .*read_runs"):
+            scan(wrong, Config())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"scan\(\) takes one run.*not int"):
+        scan(42, Config())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"no 'events' .*keys: args, kind, name"):
+        scan(events[0], Config())
+    with pytest.raises(TypeError, match="'events' of type str"):
+        scan({"run_id": "r", "events": "oops"}, Config())
+    (item,) = list(read_runs(str(path)))
+    assert scan(item, Config()).verdict == "stop"  # what the message tells you to do
+    (bad,) = list(read_runs(str(tmp_path / "missing.jsonl")))
+    with pytest.raises(TypeError, match="not an InputError"):
+        scan(bad, Config())  # type: ignore[arg-type]
 
 
 def test_score_decreases_as_the_loop_goes_on() -> None:
@@ -69,7 +117,7 @@ def test_not_terminated_coherently_when_ending_on_a_tool_call_or_at_the_cap() ->
     capped = Config.from_mapping({"max_iterations": 3})
     metrics = scan(run([model(f"t{i}") for i in range(3)]), capped).metrics
     assert metrics["max_iterations_hit"] is True and metrics["terminated_coherently"] is False
-    no_cap = Config.from_mapping({"max_iterations": 0})
+    no_cap = Config.from_mapping({"iteration_cap": {"enabled": False}})
     assert (
         scan(run([model(f"t{i}") for i in range(300)]), no_cap).metrics["max_iterations_hit"]
         is False

@@ -231,7 +231,7 @@ def test_a_folder_the_user_chose_is_left_as_it_is(tmp_path: Path) -> None:
     store.close()
 
 
-# What the README's Security section gives a Redis user of loopwatch's own: its keys,
+# What the docs' Security page gives a Redis user of loopwatch's own: its keys,
 # and the commands the store sends (its script calls HGET, HSET and PEXPIRE).
 ACL_RULES = (
     "resetkeys ~loopwatch:* resetchannels -@all +evalsha +eval +hget +hset +pexpire "
@@ -270,7 +270,9 @@ def test_a_redis_user_limited_by_acl_to_loopwatch_is_enough(
 
 
 def _security_section() -> str:
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text(
+        encoding="utf-8"
+    )
     return text[text.index("<!-- security:start -->") : text.index("<!-- security:end -->")]
 
 

@@ -1,9 +1,9 @@
 """``loopwatch``: scan traces for loops, show the configuration, run the demo.
 
 A thin layer over the Python API (``loopwatch.scan``, ``loopwatch.read_runs``).
-Exit status (FORMAT.md, README): 0 when the scan ran; 1 with ``--fail-on`` when
-a run reaches that verdict; 2 on a usage error, an invalid configuration or
-unreadable input (which outranks 1), decided after every input was read.
+Exit status (FORMAT.md, docs/getting-started.md): 0 when the scan ran; 1 with
+``--fail-on`` when a run reaches that verdict; 2 on a usage error, an invalid
+configuration or unreadable input (which outranks 1), decided after every input was read.
 """
 
 from __future__ import annotations
@@ -99,7 +99,9 @@ def _parser() -> argparse.ArgumentParser:
         help="progress bar on stderr (auto: when stderr is a terminal)",
     )
     p_scan.add_argument(
-        "--explain", metavar="RUN_ID", help="show one run as a timeline with its evidence"
+        "--explain",
+        metavar="RUN_ID",
+        help="show one run as a timeline with its evidence (with --json: as one JSON object)",
     )
     p_scan.set_defaults(func=_cmd_scan)
 
@@ -151,7 +153,7 @@ def _peek_size(paths: Sequence[str]) -> int:
 def _cmd_explain(args: argparse.Namespace, config: Config) -> int:
     from rich.console import Console
 
-    from .explain import explain
+    from .explain import explain, explain_json
 
     fmt = args.format
     scanner = Scanner(config)
@@ -163,7 +165,12 @@ def _cmd_explain(args: argparse.Namespace, config: Config) -> int:
             if isinstance(report, ScanFailure):
                 print(report, file=sys.stderr)
                 return 2
-            explain(item.events, report, Console(), extra=scanner.engine.redact)
+            if args.json:
+                sys.stdout.write(
+                    _json_line(explain_json(item.events, report, extra=scanner.engine.redact))
+                )
+            else:
+                explain(item.events, report, Console(), extra=scanner.engine.redact)
             return 0
     print(f"loopwatch: no run {args.explain!r} in {', '.join(args.paths)}", file=sys.stderr)
     return 2
@@ -268,7 +275,8 @@ def _json_line(obj: dict[str, Any]) -> str:
 
 
 def _exit_status(unreadable: bool, nothing_read: bool, failed: bool) -> int:
-    """The exit-status contract (README, FORMAT.md), decided once every input was read.
+    """The exit-status contract (FORMAT.md, docs/getting-started.md), decided once every
+    input was read.
 
     2: some input could not be read (a file that cannot be opened, decompressed or
     decoded, a run that could not be scanned) or nothing readable was found; the
@@ -351,17 +359,22 @@ class _HumanTable:
         if report.verdict != "ok" or len(self.rows) < self._MAX_ALL:
             self.rows.append(report)
 
-    def render(self, file: TextIO | None = None) -> None:
+    def render(self, file: TextIO | None = None, console: Any = None) -> None:
+        """Print the table to ``file`` (stdout), or on a rich ``console`` of the
+        caller's (scripts/make_screenshot.py records one)."""
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
 
-        target = file or sys.stdout
-        console = Console(file=target, width=None if target.isatty() else 160)
+        if not self.count:  # nothing was read: the stderr lines say why
+            return
+        if console is None:
+            target = file or sys.stdout
+            console = Console(file=target, width=None if target.isatty() else _piped_width())
         rows = self.rows
         if self.count > self._MAX_ALL:
             rows = [r for r in rows if r.verdict != "ok"]
-        table = Table(title=f"loopwatch scan: {self.count} runs")
+        table = Table(title=f"loopwatch scan: {_plural(self.count, 'run')}")
         for col in ("run", "verdict", "score", "first warn", "first stop", "top finding"):
             right = col in ("score", "first warn", "first stop")
             table.add_column(
@@ -387,6 +400,17 @@ class _HumanTable:
             f"{d} {n}" for d, n in sorted(self.detectors.items(), key=lambda x: -x[1])
         )
         console.print(f"{summary}." + (f" Findings by detector: {fired}." if fired else ""))
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _piped_width() -> int:
+    """The table's width when stdout is not a terminal: ``COLUMNS`` when set (as
+    ``COLUMNS=100 loopwatch scan ... | less`` asks), else 160."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else 160
 
 
 def _clip(text: str, limit: int) -> str:
@@ -448,7 +472,7 @@ def _cmd_report(args: argparse.Namespace, config: Config) -> int:
     try:
         from .report.cli import run_report  # type: ignore[import-not-found,unused-ignore]
     except ImportError as exc:
-        print(f"loopwatch report: {exc} (pip install 'loopwatch[report]')", file=sys.stderr)
+        print(f"loopwatch report: {exc}", file=sys.stderr)  # exc names the install
         return 2
     code: int = run_report(args, config)
     return code
@@ -495,7 +519,7 @@ def _cmd_demo(args: argparse.Namespace, config: Config) -> int:
     try:
         from .report import write_report
     except ImportError as exc:  # jinja2 missing
-        console.print(f"no HTML report ({exc}): pip install 'loopwatch[report]'", markup=False)
+        console.print(f"no HTML report: {exc}", markup=False)  # exc names the install
     else:
         summary = write_report(read_runs(paths), "loopwatch-report.html", config=config)
         console.print(f"wrote {summary.path}: open it in a browser", markup=False)

@@ -33,6 +33,7 @@ from typing import Any, Final
 from urllib.parse import parse_qs, urlparse
 
 from .detectors import Detector, DetectorSet, registered
+from .durations import parse_duration
 from .embeddings import semantic_unavailable_reason
 from .policy import ON_LOOP_CHOICES
 from .redact import compile_patterns
@@ -117,14 +118,25 @@ class Config:
                     converted = {k: _convert(k, v) for k, v in value.items()}
                 except ConfigError as exc:
                     raise ConfigError(f"[{key}]{where}: {exc}") from None
+                if key == "iteration_cap" and converted.get("max_iterations", 1) is None:
+                    del converted["max_iterations"]  # None, from Python: no cap
+                    converted["enabled"] = False
                 defaults = _defaults(DETECTORS[key][0])
                 for sub, sub_value in converted.items():
                     _check_type(f"[{key}] {sub}{where}", sub_value, defaults.get(sub, True))
                 self.sections.setdefault(key, {}).update(converted)
             elif key == "max_iterations":
-                self.sections.setdefault("iteration_cap", {})["max_iterations"] = (
-                    None if value is None or _is_zero(value) else value
-                )
+                # None (from Python) is no cap: the cap switched off, which TOML can say
+                if _is_zero(value):
+                    raise ConfigError(
+                        f"max_iterations{where} must be a whole number >= 1, not {value!r}; "
+                        "for no cap at all: [iteration_cap] enabled = false"
+                    )
+                cap = self.sections.setdefault("iteration_cap", {})
+                if value is None:
+                    cap["enabled"] = False
+                else:
+                    cap["max_iterations"] = value
             elif key == "exempt_tools":
                 self.exempt_tools = _tool_names(f"exempt_tools{where}", value)
             elif key == "redact":
@@ -166,8 +178,7 @@ class Config:
                 f"store{where} must be a store URL (memory://, redis://host:port/db or "
                 f"sqlite:///path/state.db), not {self.store!r}"
             )
-        if _scheme(self.store) == "memory":
-            _check_memory_url(f"store{where}", self.store)
+        _check_store_url(f"store{where}", self.store)
         if self.ttl_seconds is not None:
             _duration(f"ttl_seconds{where}", self.ttl_seconds)
         elif SCHEMES[_scheme(self.store)].shared:
@@ -309,6 +320,8 @@ def _convert(key: str, value: Any) -> Any:
         }
     if key == "exempt":
         return frozenset(_tool_names("exempt", value))
+    if key in _DURATIONS and isinstance(value, str):
+        return _duration(key, value)
     return value
 
 
@@ -323,8 +336,10 @@ _COUNTS: Final[dict[str, int]] = {
 }  # fmt: skip
 _OPTIONAL_COUNTS: Final = frozenset(
     {"stop_at", "window_warn_at", "window_stop_at", "tool_stop_at", "stop_repeats",
-     "stop_after", "max_iterations"}
+     "stop_after"}
 )  # fmt: skip
+# Durations in a detector section: a number of seconds or a string such as "1h".
+_DURATIONS: Final = frozenset({"max_seconds"})
 NEVER_AS_ZERO: Final = _OPTIONAL_COUNTS  # written 0 in TOML (no null there)
 # Fractions: (name -> whether 0 itself is accepted); the top is always 1.
 _FRACTIONS: Final[dict[str, bool]] = {
@@ -345,8 +360,6 @@ _PAIRS: Final = (
     ("warn_after", "stop_after"),
 )  # fmt: skip
 _OUR_TABLE: Final = re.compile(r"^\s*\[+\s*tool\s*\.\s*[\"']?loopwatch\b", re.MULTILINE)
-_DURATION: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)")
-_UNIT_SECONDS: Final = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def _is_zero(value: Any) -> bool:
@@ -412,38 +425,17 @@ def _redact_patterns(where: str, value: Any) -> tuple[str, ...]:
 
 def _duration(where: str, value: Any) -> float:
     """Seconds from a positive number or a string such as ``"90s"``, ``"30m"``,
-    ``"1h"``, ``"1h30m"`` or ``"2d"`` (a bare number is seconds). Parsed explicitly:
-    anything else, and zero or less, is refused rather than guessed at."""
-    if _is_number(value):
-        seconds = float(value)
-    elif isinstance(value, str) and value.strip():
-        text = value.strip().lower()
-        seconds, pos = 0.0, 0
-        for match in _DURATION.finditer(text):
-            if text[pos : match.start()].strip():
-                break
-            seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-            pos = match.end()
-        if pos == 0 or text[pos:].strip():
-            raise ConfigError(
-                f"{where} must be a positive number of seconds or a duration such as "
-                f"'90s', '30m', '1h', not {value!r}"
-            )
-    else:
-        raise ConfigError(
-            f"{where} must be a positive number of seconds or a duration such as "
-            f"'90s', '30m', '1h', not {value!r}"
-        )
-    if not seconds > 0 or seconds == float("inf"):
-        raise ConfigError(
-            f"{where} must be more than 0 seconds, not {value!r} (a run that expires at once "
-            "is never guarded)"
-        )
-    return seconds
+    ``"1h"``, ``"1h30m"`` or ``"2d"`` (:func:`~loopwatch.durations.parse_duration`:
+    the one parser of every duration, in a file, a keyword or a store URL)."""
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ConfigError(f"{where} {exc}") from None
 
 
-def _check_memory_url(where: str, url: str) -> None:
-    """``memory://?max_runs=...&ttl_seconds=...``: the same ranges as the keys."""
+def _check_store_url(where: str, url: str) -> None:
+    """A store URL's ``max_runs`` and ``ttl_seconds``: the same ranges as the keys, at
+    load rather than when the guard opens the store."""
     query = {k: v[-1] for k, v in parse_qs(urlparse(url).query).items()}
     if "max_runs" in query:
         try:
@@ -454,16 +446,9 @@ def _check_memory_url(where: str, url: str) -> None:
             raise ConfigError(
                 f"{where}: max_runs must be a whole number >= 1, not {query['max_runs']!r}"
             )
-    if "ttl_seconds" in query:
-        try:
-            ttl = float(query["ttl_seconds"])
-        except ValueError:
-            ttl = 0.0
-        if not 0 < ttl < float("inf"):
-            raise ConfigError(
-                f"{where}: ttl_seconds must be a number of seconds > 0, "
-                f"not {query['ttl_seconds']!r}"
-            )
+    ttl = query.get("ttl_seconds")
+    if ttl is not None and not (_scheme(url) == "sqlite" and ttl in ("0", "none")):
+        _duration(f"{where}: ttl_seconds", ttl)
 
 
 def _scheme(url: str) -> str:
@@ -478,6 +463,11 @@ def _check_section(name: str, section: Mapping[str, Any], where: str) -> None:
     enabled = values.pop("enabled", DETECTORS[name][1])
     at = f"[{name}] {{}}{where}"
     for key, value in values.items():
+        if key == "max_iterations" and _is_zero(value):
+            raise ConfigError(
+                f"{at.format(key)} must be a whole number >= 1, not 0; for no cap at all: "
+                "[iteration_cap] enabled = false"
+            )
         if key in _COUNTS:
             _check_int(at.format(key), value, _COUNTS[key], key in _OPTIONAL_COUNTS)
         elif key in _FRACTIONS:

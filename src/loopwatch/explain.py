@@ -4,6 +4,7 @@
 tool or agent, arguments or the start of the text), the steps that are evidence for a
 finding marked and coloured, and each finding's message where it fired. Long runs
 are folded: only the events near a finding are shown, with a count of those skipped.
+With ``--json`` the same is one JSON object (:func:`explain_json`), for scripts.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .detectors.base import preview
 from .findings import Severity
 from .scan import Report
 
-__all__ = ["explain"]
+__all__ = ["explain", "explain_json"]
 
 _GLYPH = {"model": "M", "tool_call": "→", "tool_result": "←", "user": "U", "span": "S"}
 _CONTEXT = 3  # events shown around evidence when folding
@@ -100,3 +101,35 @@ def explain(
             console.print(f"        {message}")
     if skipped:
         console.print(f"      [dim]... {skipped} events ...[/]")
+
+
+def explain_json(
+    events: Sequence[Mapping[str, Any]], report: Report, extra: tuple[Pattern[str], ...] = ()
+) -> dict[str, Any]:
+    """The timeline as data: the run's ``--json`` object plus ``timeline``, one entry
+    per event (``step``, ``kind``, ``summary``: the line the terminal view shows,
+    ``evidence``: the indices in ``findings`` of the findings it is evidence for,
+    ``fired``: those that fired at it, and ``mark``: ``"warn"``/``"stop"`` at the
+    first warning and the first stop). Nothing is folded; arguments and texts are
+    redacted as in :func:`explain`."""
+    evidence: dict[int, list[int]] = {}
+    fired: dict[int, list[int]] = {}
+    for number, f in enumerate(report.findings):
+        for s in f.steps:
+            evidence.setdefault(s, []).append(number)
+        fired.setdefault(f.step, []).append(number)
+    timeline = []
+    for i, event in enumerate(events):
+        entry: dict[str, Any] = {
+            "step": i,
+            "kind": event.get("kind"),
+            "summary": _describe(event, extra),
+            "evidence": evidence.get(i, []),
+            "fired": fired.get(i, []),
+        }
+        if i == report.first_stop:
+            entry["mark"] = "stop"
+        elif i == report.first_warn:
+            entry["mark"] = "warn"
+        timeline.append(entry)
+    return {**report.to_dict(), "timeline": timeline}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, overload
 
 from mypy_extensions import mypyc_attr
@@ -121,12 +121,22 @@ class Guard:
             self._recovered()
         return verdict
 
+    # aobserve, aclose and the async context manager are plain methods that return a
+    # coroutine: an ``async def`` compiled by mypyc shows neither its signature nor its
+    # docstring to ``help()`` and ``inspect``; a plain method shows both.
     @overload
-    async def aobserve(self, run_id: str, event: Event) -> Verdict: ...
+    def aobserve(self, run_id: str, event: Event) -> Coroutine[Any, Any, Verdict]: ...
     @overload
-    async def aobserve(self, run_id: str, event: Mapping[str, Any]) -> Verdict: ...
-    async def aobserve(self, run_id: object, event: object) -> Verdict:
-        """Async :meth:`observe` (uses the store's async path)."""
+    def aobserve(self, run_id: str, event: Mapping[str, Any]) -> Coroutine[Any, Any, Verdict]: ...
+    def aobserve(self, run_id: object, event: object) -> Coroutine[Any, Any, Verdict]:
+        """Async :meth:`observe`: ``verdict = await guard.aobserve(run_id, event)``.
+
+        The same answer as :meth:`observe`, through the store's async path (the Redis
+        store's async client); never raises into the agent either.
+        """
+        return self._aobserve(run_id, event)
+
+    async def _aobserve(self, run_id: object, event: object) -> Verdict:
         try:
             ev = self._event(run_id, event)
             verdict = await self.store.aapply(_run_key(run_id), self._stepper(ev), new_state)
@@ -262,14 +272,25 @@ class Guard:
             return None
 
     def close(self) -> None:
+        """Close the store's connections (``with Guard() as guard:`` calls it)."""
         self.store.close()
 
-    async def aclose(self) -> None:
-        """Close the store's async connections (the Redis store keeps some)."""
-        await self.store.aclose()
+    def aclose(self) -> Coroutine[Any, Any, None]:
+        """Close the store's async connections, then the rest (``await guard.aclose()``;
+        ``async with Guard() as guard:`` calls it)."""
+        return self.store.aclose()
 
     def __enter__(self) -> Guard:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def __aenter__(self) -> Coroutine[Any, Any, Guard]:
+        return self._self()
+
+    async def _self(self) -> Guard:
+        return self
+
+    def __aexit__(self, *exc: object) -> Coroutine[Any, Any, None]:
+        return self.store.aclose()

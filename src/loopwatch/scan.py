@@ -28,12 +28,13 @@ from .engine import Engine, new_state
 from .events import MODEL, TOOL_CALL, Event
 from .findings import Finding, Severity
 from .policy import Policy
-from .traces import read_file, read_runs, trace_files
+from .traces import no_trace_files, read_file, read_runs, trace_files
 from .traces.base import InputError, TraceRun
 from .traces.columnar import is_columnar
+from .traces.jsonl import Understanding
 from .traces.sniff import native_ranges, read_native_range
 
-__all__ = ["Report", "ScanFailure", "Scanner", "scan", "scan_one", "scan_stream"]
+__all__ = ["Report", "ScanFailure", "Scanner", "scan", "scan_one", "scan_stream", "score_of"]
 
 # Score per detector: 1.0 when silent; a warning alone costs a little (suspicious,
 # not proven); a stop costs most of it, and each further stop a little more.
@@ -41,6 +42,8 @@ _WARN_SCORE = 0.8
 _STOP_SCORE = 0.4
 _EXTRA_STOP = 0.05
 _FLOOR = 0.05
+# The run's score is in the band of its verdict (see score_of).
+_WARN_BAND: Final = (0.5, _WARN_SCORE)
 
 
 @dataclass
@@ -207,12 +210,18 @@ class Scanner:
         :func:`~loopwatch.read_runs`, or an iterable of events (FORMAT.md dicts or
         :class:`Event`)."""
         outcome = None
-        if not isinstance(run, Mapping) and hasattr(run, "run_id") and hasattr(run, "to_dict"):
-            run = run.to_dict()  # a TraceRun from read_runs
+        if isinstance(run, TraceRun):
+            run = run.to_dict()
         if isinstance(run, Mapping):
             run_id = str(run.get("run_id", run_id or ""))
-            events: Iterable[Any] = run.get("events") or ()
+            events: Iterable[Any] = run.get("events", _NO_EVENTS)
+            if events is _NO_EVENTS or not isinstance(events, (list, tuple)):
+                raise _not_a_run(run)
             outcome = run_outcome(run)
+        elif isinstance(run, (str, bytes, os.PathLike, InputError)) or not isinstance(
+            run, Iterable
+        ):
+            raise _not_a_run(run)
         else:
             events = run
         engine, policy = self.engine, self.policy
@@ -241,9 +250,6 @@ class Scanner:
                 first_stop = step
         findings, occurrences = merged.findings, merged.occurrences
         breakdown = _breakdown(findings, occurrences)
-        score = 1.0
-        for value in breakdown.values():
-            score *= value
         if first_stop is not None:
             verdict_name = "stop"
         elif first_warn is not None:
@@ -253,7 +259,7 @@ class Scanner:
         return Report(
             run_id=run_id or "",
             verdict=verdict_name,
-            score=round(score, 4),
+            score=score_of(verdict_name, breakdown),
             first_warn=first_warn,
             first_stop=first_stop,
             findings=findings,
@@ -262,6 +268,38 @@ class Scanner:
             events=n,
             occurrences=[(c, last) for c, last in occurrences],
         )
+
+
+_NO_EVENTS: Final[list[Any]] = []
+_TAKES = (
+    "scan() takes one run: a run dict {'run_id': ..., 'events': [...]} (FORMAT.md), "
+    "a TraceRun from loopwatch.read_runs, or a list of events"
+)
+
+
+def _not_a_run(run: object) -> TypeError:
+    """The TypeError for what :meth:`Scanner.scan` cannot take, saying what it takes and,
+    for a path, how to scan a file's runs (a str is iterable: it used to scan as a run
+    of one unknown event per character, ``ok``)."""
+    if isinstance(run, (str, bytes, os.PathLike)):
+        path = os.fsdecode(run) if not isinstance(run, str) else run
+        return TypeError(
+            f"{_TAKES}, not a path ({path!r}). For the runs of a trace file: "
+            f"`for run in loopwatch.read_runs({path!r}): loopwatch.scan(run)` "
+            f"(read_runs also yields an InputError for each part it cannot read), or "
+            f"`loopwatch scan {path}` on the command line."
+        )
+    if isinstance(run, InputError):
+        return TypeError(
+            f"{_TAKES}, not an InputError ({run}): read_runs yields one for each part of "
+            "the input it could not read; print or skip it"
+        )
+    if isinstance(run, Mapping):
+        keys = ", ".join(sorted(map(str, run))[:8]) or "none"
+        events = run.get("events", _NO_EVENTS)
+        has = "no 'events'" if events is _NO_EVENTS else f"'events' of type {type(events).__name__}"
+        return TypeError(f"{_TAKES}; this mapping has {has} (its keys: {keys})")
+    return TypeError(f"{_TAKES}, not {type(run).__name__}")
 
 
 class _Merger:
@@ -311,6 +349,32 @@ def _breakdown(
     return out
 
 
+def score_of(verdict: str, breakdown: Mapping[str, float]) -> float:
+    """A run's score: one number that sorts runs by how badly they loop, within the
+    band of their verdict, so that any stopped run scores below any warned run, which
+    scores below any clean run.
+
+    * ``ok``: 1.0.
+    * ``warn``: in (0.5, 0.8]: 0.8 for one detector's warning, lower with more
+      detectors (and with stop-level findings under ``on_loop = "warn"``).
+    * ``stop``: in [0, 0.4]: 0.4 for one detector's stop, lower with each further stop
+      reported and each other detector that fired.
+
+    Inside a band the order comes from ``breakdown`` (a sub-score per detector that
+    fired: 0.8 for warnings only, 0.4 for a stop and 0.05 less per further stop, at
+    least 0.05), multiplied together. Rounded to 4 decimals.
+    """
+    if verdict == "ok":
+        return 1.0
+    product = 1.0
+    for value in breakdown.values():
+        product *= value
+    if verdict == "warn":
+        low, high = _WARN_BAND
+        return round(low + (high - low) * min(product, _WARN_SCORE) / _WARN_SCORE, 4)
+    return round(min(product, _STOP_SCORE), 4)
+
+
 @lru_cache(maxsize=8)
 def _config_for(cwd: str) -> Config:
     return Config.load(start=cwd)
@@ -325,8 +389,13 @@ def scan(
     config: Config | None = None,
     detectors: Iterable[Detector] | None = None,
 ) -> Report:
-    """Scan one recorded run (a FORMAT.md run object or a list of events).
+    """Scan one recorded run, as a fresh guard replaying it would see it.
 
+    ``run`` is a FORMAT.md run dict (``{"run_id": ..., "events": [...]}``), a
+    :class:`~loopwatch.TraceRun` from :func:`~loopwatch.read_runs`, or a list of events;
+    anything else (a path included) raises :class:`TypeError` saying so. For the runs
+    of a trace file: ``for run in read_runs("traces.jsonl"): scan(run)``.
+    ``config`` defaults to the ``loopwatch.toml`` found from the working directory;
     ``detectors`` replaces the configured detector set, as in ``Guard(detectors=...)``.
     """
     return Scanner(config, detectors).scan(run)
@@ -463,26 +532,28 @@ _POOL_FAILURES: set[str] = set()  # engine failures already warned about
 
 
 class _Range(NamedTuple):
-    """A line-aligned byte range of a native JSON Lines file (traces.sniff.native_ranges)."""
+    """A line-aligned byte range of a native JSON Lines file (traces.sniff.native_ranges);
+    ``last``: the file's last range, after which the file's events are reported on."""
 
     path: str
     start: int
     end: int
     line: int
+    last: bool = True
 
 
 def _range_items(
     scanner: Scanner, path: str, start: int, end: int, line: int
-) -> list[InputError | Report]:
+) -> list[InputError | Report | Understanding]:
     return [
-        item if isinstance(item, InputError) else scan_one(scanner, item)
+        item if isinstance(item, (InputError, Understanding)) else scan_one(scanner, item)
         for item in read_native_range(path, start, end, line)
     ]
 
 
 def _scan_range(
     config: Config | None, path: str, start: int, end: int, line: int
-) -> list[InputError | Report]:
+) -> list[InputError | Report | Understanding]:
     """Worker side: read, decode and scan one range of a native file. A worker that
     cannot see the file (a remote cluster without the input's filesystem) fails the
     task, and the main process reads the range itself (``_drain``)."""
@@ -503,15 +574,18 @@ def _units(
     (read by the workers), and chunks of runs read here from every other file."""
     columnar_runs: set[str] = set()
     for path in paths:
-        for file in trace_files(path):
+        files = trace_files(path)
+        if not files:
+            yield [no_trace_files(path)]
+        for file in files:
             ranges = None
             if format in (None, "jsonl", "native") and not is_columnar(file):
                 ranges = native_ranges(file, _RANGE_BYTES)
             if ranges is None:
                 yield from _chunks(read_file(file, format, columnar_runs), events)
             else:
-                for start, end, line in ranges:
-                    yield _Range(file, start, end, line)
+                for i, (start, end, line) in enumerate(ranges, 1):
+                    yield _Range(file, start, end, line, i == len(ranges))
 
 
 def scan_paths(
@@ -582,9 +656,10 @@ def _scan_on(
     itself. ``config`` travels with each task unless the workers were initialised
     with it. At most ``2 * jobs`` units are in flight."""
     pending: deque[tuple[list[TraceRun | InputError] | _Range, list[bool], Any]] = deque()
+    files: dict[str, Understanding] = {}  # what the ranges of a file said, so far
     for unit in units:
         if isinstance(unit, _Range):
-            task = _submit(executor, _scan_range, config, *unit)
+            task = _submit(executor, _scan_range, config, *unit[:4])
             pending.append((unit, [], task))
         else:
             payload: list[bytes] = []
@@ -603,9 +678,9 @@ def _scan_on(
             )
             pending.append((unit, shipped, task))
         while len(pending) > 2 * jobs:
-            yield from _drain(scanner, *pending.popleft())
+            yield from _drain(scanner, *pending.popleft(), files)
     while pending:
-        yield from _drain(scanner, *pending.popleft())
+        yield from _drain(scanner, *pending.popleft(), files)
 
 
 def _drain(
@@ -613,10 +688,11 @@ def _drain(
     chunk: list[TraceRun | InputError] | _Range,
     shipped: list[bool],
     result: Any,
+    files: dict[str, Understanding],
 ) -> Iterator[InputError | Report]:
     if isinstance(chunk, _Range):
         try:
-            done: list[InputError | Report] = result.result()
+            done: list[InputError | Report | Understanding] = result.result()
         except Exception as exc:  # the worker failed, or cannot see the file: read it here
             if chunk.path not in _SCANNED_HERE:
                 _SCANNED_HERE.add(chunk.path)
@@ -627,8 +703,16 @@ def _drain(
                     type(exc).__name__,
                     exc,
                 )
-            done = _range_items(scanner, *chunk)
-        yield from done
+            done = _range_items(scanner, *chunk[:4])
+        for part in done:
+            if isinstance(part, Understanding):  # one line per file, after its last range
+                files.setdefault(chunk.path, Understanding(chunk.path)).merge(part)
+            else:
+                yield part
+        if chunk.last:
+            warning = files.pop(chunk.path, Understanding(chunk.path)).warning()
+            if warning is not None:
+                yield warning
         return
     try:
         reports: Iterator[Report | str] | None = iter(result.result())

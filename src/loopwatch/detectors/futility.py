@@ -27,6 +27,11 @@ _NOOP_WEIGHT = 2.0
 _NOOP = "commands that do nothing"
 _SAME = "outcomes you already had"
 _USER = "answers the user already gave"
+_ONE = {  # the same, said of one step
+    _NOOP: "command that does nothing",
+    _SAME: "outcome you already had",
+    _USER: "answer the user already gave",
+}
 _ADVICE = {
     _NOOP: "A command made only of ':' or 'true' does nothing: run the real command.",
     _SAME: "The same results keep coming back: read them and act on them.",
@@ -170,7 +175,10 @@ class Futility(Detector):
         if severity is None:
             return None
         total = sum(reasons.values())
-        kinds = ", ".join(f"{n} {w}" for w, n in sorted(reasons.items(), key=lambda x: -x[1]))
+        kinds = ", ".join(
+            f"{n} {_ONE[w] if n == 1 else w}"
+            for w, n in sorted(reasons.items(), key=lambda x: -x[1])
+        )
         top = max(reasons, key=reasons.__getitem__)
         return Finding(
             self.name,

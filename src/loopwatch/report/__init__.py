@@ -110,6 +110,9 @@ class _Totals:
     tokens_after_warn: float = 0.0
     cost_after_warn: float = 0.0
     flagged_spend_runs: int = 0
+    # whether any run recorded tokens / cost: a trace with tokens only has no "0 cost"
+    has_tokens: bool = False
+    has_cost: bool = False
     errors: list[str] = field(default_factory=list)
     error_count: int = 0
 
@@ -133,6 +136,8 @@ class _Totals:
         self.histogram[_score_bin(report.score)] += 1
         if spend.present:
             self.spend_runs += 1
+            self.has_tokens = self.has_tokens or spend.has_tokens
+            self.has_cost = self.has_cost or spend.has_cost
             self.tokens += spend.tokens
             self.cost += spend.cost
             if report.first_warn is not None:
@@ -150,6 +155,8 @@ class _Spend:
     """
 
     present: bool = False
+    has_tokens: bool = False
+    has_cost: bool = False
     tokens: float = 0.0
     cost: float = 0.0
     tokens_after_warn: float = 0.0
@@ -278,14 +285,14 @@ def _records(
             after = first_warn is not None and position > first_warn
             tokens = _finite(tokens)
             if tokens is not None:
-                spend.present = True
+                spend.present = spend.has_tokens = True
                 mark["tk"] = _number(tokens)
                 spend.tokens += tokens
                 if after:
                     spend.tokens_after_warn += tokens
             cost = _finite(cost)
             if cost is not None:
-                spend.present = True
+                spend.present = spend.has_cost = True
                 mark["c"] = _number(cost)
                 spend.cost += cost
                 if after:
@@ -313,11 +320,13 @@ def _records(
     if top is not None:
         row["td"] = top.detector
         row["tm"] = _clip(top.message, 300)
-    if spend.present:
+    if spend.has_tokens:  # only what the trace recorded: no "0 cost" for tokens alone
         row["tk"] = _number(spend.tokens)
-        row["c"] = _number(spend.cost)
         if first_warn is not None:
             row["tka"] = _number(spend.tokens_after_warn)
+    if spend.has_cost:
+        row["c"] = _number(spend.cost)
+        if first_warn is not None:
             row["ca"] = _number(spend.cost_after_warn)
     detail: dict[str, Any] = {
         "e": marks,
@@ -450,6 +459,8 @@ def _context(totals: _Totals, title: str) -> dict[str, Any]:
             "tokens_after_warn": _number(totals.tokens_after_warn),
             "cost_after_warn": _number(totals.cost_after_warn),
             "flagged_runs": totals.flagged_spend_runs,
+            "has_tokens": totals.has_tokens,
+            "has_cost": totals.has_cost,
         },
         "errors": totals.errors,
         "error_count": totals.error_count,

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlparse
 
+from ..durations import parse_duration
 from .base import State, Store
 
 __all__ = ["MemoryStore"]
@@ -36,7 +37,7 @@ class MemoryStore(Store):
         if "max_runs" in query:
             opts["max_runs"] = int(query["max_runs"])
         if "ttl_seconds" in query:
-            opts["ttl_seconds"] = float(query["ttl_seconds"])
+            opts["ttl_seconds"] = parse_duration(query["ttl_seconds"])
         opts.update(options)
         return cls(**opts)
 

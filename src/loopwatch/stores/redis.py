@@ -100,6 +100,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from ..durations import parse_duration
 from ..extras import missing_extra
 from ..findings import StoreUnavailable
 from ..state import RunState, StateError
@@ -156,7 +157,7 @@ _CLUSTER_SCHEMES: Final = {
 
 # Options that may be given in the URL's query string, and how to parse them.
 _URL_OPTIONS: Final[dict[str, Callable[[str], Any]]] = {
-    "ttl_seconds": float,
+    "ttl_seconds": parse_duration,  # seconds, or "1h" as in the configuration
     "prefix": str,
     "timeout": float,
     "connect_timeout": float,

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from ..durations import parse_duration
 from ..findings import StoreUnavailable
 from ..state import RunState
 from .base import State, Store
@@ -188,7 +189,7 @@ class SqliteStore(Store):
         raw = unquote(parts.netloc + parts.path)
         opts: dict[str, Any] = {}
         parsers: dict[str, Callable[[str], Any]] = {
-            "ttl_seconds": lambda v: None if v in ("", "0", "none") else float(v),
+            "ttl_seconds": lambda v: None if v in ("", "0", "none") else parse_duration(v),
             "max_runs": int,
             "timeout": float,
         }

@@ -31,6 +31,7 @@ __all__ = [
     "InputError",
     "TraceRun",
     "detect",
+    "no_trace_files",
     "open_text",
     "parse_run",
     "read_file",
@@ -53,7 +54,10 @@ def read_runs(
         paths = [paths]
     columnar_runs: set[str] = set()  # a run's rows must not continue in a later file
     for path in paths:
-        for file in trace_files(path):
+        files = trace_files(path)
+        if not files:
+            yield no_trace_files(path)
+        for file in files:
             yield from read_file(file, format, columnar_runs)
 
 
@@ -79,8 +83,16 @@ _TRACE_SUFFIXES = (
 )
 
 
+def no_trace_files(path: str) -> InputError:
+    """The error for a directory with no trace file under it: the whole input is lost
+    (exit status 2), as for an empty file."""
+    kinds = ", ".join(f"*{suffix}" for suffix in _TRACE_SUFFIXES)
+    return InputError.whole(path, None, f"no trace files in this directory (looked for {kinds})")
+
+
 def trace_files(path: str) -> list[str]:
-    """A directory stands for the trace files under it (``~/.claude/projects``), sorted."""
+    """A directory stands for the trace files under it (``~/.claude/projects``), sorted;
+    an empty list when it holds none (see :func:`no_trace_files`)."""
     if path == "-" or not os.path.isdir(path):
         return [path]
     found = [

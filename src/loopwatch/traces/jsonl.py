@@ -2,12 +2,104 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Final
 
+from ..events import KINDS
 from .base import InputError, TraceRun
 
-__all__ = ["parse_run", "read_jsonl"]
+__all__ = ["Understanding", "parse_run", "read_jsonl"]
+
+# The fields FORMAT.md names on an event (section 1); ``ts`` is read by the time budget.
+_NAMED: Final = frozenset(
+    {"kind", "name", "args", "text", "id", "parent", "type", "error", "tokens", "cost",
+     "agent", "to", "unknown", "ts"}
+)  # fmt: skip
+# The field without which an event of a kind says nothing a detector can use (see add).
+_MAIN: Final = {"tool_call": "name", "tool_result": "text", "model": "text"}
+
+
+class Understanding:
+    """What the events of one native file said in FORMAT.md's terms, and what not.
+
+    A native file whose events use other names (``"type": "tool_call"``, ``"tool"``,
+    ``"arguments"``) or misspelled kinds (``"tool-call"``) reads without an error, and
+    every detector skips such events: the scan would say ``ok`` about a file it never
+    understood. So the events are counted as they are read, and the file gets one
+    line naming what was not understood (:meth:`warning`); a file of which nothing
+    was understood is an input error of the whole file (exit status 2).
+    """
+
+    __slots__ = ("events", "path", "unread")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.events = 0
+        # what was not understood -> [count, the fields those events had]
+        self.unread: dict[str, list[Any]] = {}
+
+    def add(self, events: Iterable[Mapping[str, Any]]) -> None:
+        """Count one run's events."""
+        for event in events:
+            self.events += 1
+            kind = event.get("kind")
+            if kind not in KINDS:
+                what = "without 'kind'" if "kind" not in event else f"with kind {str(kind)[:40]!r}"
+                self._note(what, event)
+                continue
+            main = _MAIN.get(kind)
+            if main is None or main in event:
+                continue
+            unknown = event.get("unknown")
+            if isinstance(unknown, list) and main in unknown:
+                continue  # not recorded, and said so
+            # A call must name its tool. An output or result without text is an empty
+            # one, unless the event carries fields of its own instead (``output``...).
+            if kind == "tool_call" or not _NAMED.issuperset(event):
+                self._note(f"{kind!r} without {main!r}", event)
+
+    def _note(self, what: str, event: Mapping[str, Any]) -> None:
+        seen = self.unread.get(what)
+        if seen is None:
+            seen = self.unread[what] = [0, set()]
+        seen[0] += 1
+        if len(seen[1]) < 12:
+            seen[1].update(str(k) for k in list(event)[:12] if k not in ("kind",))
+
+    def merge(self, other: Understanding) -> None:
+        """Add the counts of another part of the same file (a parallel scan's range)."""
+        self.events += other.events
+        for what, (count, fields) in other.unread.items():
+            seen = self.unread.setdefault(what, [0, set()])
+            seen[0] += count
+            seen[1].update(fields)
+
+    def warning(self) -> InputError | None:
+        """One line for the file, or None when every event was understood."""
+        missed = sum(count for count, _ in self.unread.values())
+        if not missed:
+            return None
+        parts = []
+        for what, (count, fields) in sorted(self.unread.items(), key=lambda x: -x[1][0]):
+            names = ", ".join(sorted(fields)[:8])
+            parts.append(f"{count} {what}" + (f" (fields: {names})" if names else ""))
+        whole = missed == self.events
+        what = "; ".join(parts)
+        need = (
+            f"An event needs a 'kind' ({', '.join(sorted(KINDS))}); a tool_call, its tool's "
+            "'name' and 'args'; a model or tool_result event, its 'text' (docs/FORMAT.md)."
+        )
+        if whole:
+            reason = (
+                f"nothing in this file was understood, so nothing was scanned: none of its "
+                f"{self.events} events is a FORMAT.md event ({what}). {need}"
+            )
+        else:
+            reason = (
+                f"{missed} of {self.events} events are not FORMAT.md events, and the "
+                f"detectors skipped them ({what}). {need}"
+            )
+        return InputError(self.path, None, reason, whole)
 
 
 def parse_run(obj: Any, path: str = "", line: int | None = None) -> TraceRun | InputError:

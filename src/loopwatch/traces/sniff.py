@@ -32,7 +32,7 @@ import orjson
 from . import claude_code, coding_cli, langfuse, langsmith, openai_agents, otlp
 from ._common import Item, Reader
 from .base import InputError, TraceRun, open_binary
-from .jsonl import parse_run
+from .jsonl import Understanding, parse_run
 
 __all__ = [
     "FORMATS",
@@ -46,11 +46,22 @@ __all__ = [
 
 
 class NativeReader(Reader):
-    """The native format (FORMAT.md) behind the common reader interface."""
+    """The native format (FORMAT.md) behind the common reader interface.
+
+    Its events are counted as they go by (:class:`.jsonl.Understanding`): at the end
+    of the file, one line names the events that were not FORMAT.md events.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.understanding = Understanding(path)
 
     def feed(self, obj: Any, line: int | None) -> Iterator[Item]:
         if not isinstance(obj, list):
-            yield parse_run(obj, self.path, line)
+            item = parse_run(obj, self.path, line)
+            if isinstance(item, TraceRun):
+                self.understanding.add(item.events)
+            yield item
             return
         # An array of runs: its runs are read; what is not a run is one error for the
         # line (not one identical line per item: [1, 2, 3] is one mistake).
@@ -60,6 +71,7 @@ class NativeReader(Reader):
             if isinstance(item, InputError):
                 failed.append((index, item))
             else:
+                self.understanding.add(item.events)
                 yield item
         if len(failed) == 1 and len(obj) == 1:
             yield failed[0][1]
@@ -73,6 +85,11 @@ class NativeReader(Reader):
                 line,
                 f"item {index} of this array of {len(obj)}: {first.reason}{more}",
             )
+
+    def finish(self) -> Iterator[Item]:
+        warning = self.understanding.warning()
+        if warning is not None:
+            yield warning
 
 
 def _native_looks_like(obj: Any) -> bool:
@@ -284,8 +301,9 @@ class _FileReading:
             if raw.strip():
                 first = (number, raw)
                 break
-        else:
-            return  # an empty file: nothing to read, nothing wrong
+        else:  # an empty file (or only blank lines): no trace in it, as README promises
+            yield InputError.whole(self.path, None, "empty file: no trace in it")
+            return
         head = first[1].lstrip()
         if head[:1] in (b"{", b"[") and decode_json(first[1])[0] is _BAD:
             yield from self._maybe_document(first, lines)
@@ -538,12 +556,17 @@ def native_ranges(path: str, size: int) -> list[tuple[int, int, int]] | None:
         return ranges
 
 
-def read_native_range(path: str, start: int, end: int, first_line: int) -> Iterator[Item]:
+def read_native_range(
+    path: str, start: int, end: int, first_line: int
+) -> Iterator[Item | Understanding]:
     """The items of one range from :func:`native_ranges`: what :func:`read_path` yields
     for those lines (the file's format was decided native on its first line, so every
-    line goes to the native reader, one error line at most per bad line)."""
+    line goes to the native reader, one error line at most per bad line), then the
+    range's :class:`.jsonl.Understanding`: the caller adds up a file's ranges and
+    reports the file once (``scan.scan_paths``)."""
     reading = _FileReading(path, "jsonl")
-    reading.reader = NativeReader(path)
+    native = NativeReader(path)
+    reading.reader = native
     try:
         with open(path, "rb") as fh:
             fh.seek(start)
@@ -559,3 +582,4 @@ def read_native_range(path: str, start: int, end: int, first_line: int) -> Itera
             continue
         reading.lines += 1
         yield from reading._take(number, *decode_json(raw))
+    yield native.understanding

@@ -119,7 +119,7 @@
       tr.appendChild(top);
       tr.appendChild(el("td", "num", fmt(run.n)));
       const spend = el("td", "num", spendText(run.tk, run.c));
-      if (run.tka !== undefined) {
+      if (run.tka !== undefined || run.ca !== undefined) {
         spend.appendChild(el("br"));
         spend.appendChild(el("span", "muted", "after warn " + spendText(run.tka, run.ca)));
       }
@@ -207,8 +207,10 @@
       ["verdict", run.v], ["score", run.s.toFixed(2)], ["first warn", step(run.w)],
       ["first stop", step(run.x)], ["events", fmt(n)], ["findings", fmt(data.f.length)],
     ];
-    if (run.tk !== undefined) facts.push(["spend", spendText(run.tk, run.c)]);
-    if (run.tka !== undefined) facts.push(["after first warn", spendText(run.tka, run.ca)]);
+    if (run.tk !== undefined || run.c !== undefined) facts.push(["spend", spendText(run.tk, run.c)]);
+    if (run.tka !== undefined || run.ca !== undefined) {
+      facts.push(["after first warn", spendText(run.tka, run.ca)]);
+    }
     if (data.src) facts.push(["source", data.src]);
     const dl = byId("run-facts");
     dl.replaceChildren();
