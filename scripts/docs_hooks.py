@@ -64,9 +64,12 @@ PARAMS: dict[str | tuple[str, str], str] = {
     "enabled": "Run this detector.",
     "warn_at": "Warn when the count this detector keeps reaches this.",
     "stop_at": "Stop when it reaches this (`0`: never stop, warn only).",
-    ("repeated_call", "warn_at"): "Warn at this many identical calls in a row with the "
-    "same result.",
-    ("repeated_call", "stop_at"): "Stop at this many in a row (`0`: never).",
+    ("repeated_call", "warn_at"): "Warn at this many identical calls in a row when fewer "
+    "than two of their results were seen.",
+    ("repeated_call", "stop_at"): "Stop at this many identical calls in a row once two "
+    "returned the same result (`0`: never).",
+    ("restated_reply", "warn_at"): "Warn at this many replies that restate an earlier one.",
+    ("restated_reply", "stop_at"): "Stop at this many (`0`: never).",
     "window_warn_at": "Warn when the same call comes back this many times in the recent "
     "window, with other work between.",
     "window_stop_at": "Stop at this many in the window (`0`: never).",
@@ -88,6 +91,8 @@ PARAMS: dict[str | tuple[str, str], str] = {
     "min_output_novelty": "Share of new words [0, 1] that makes an output new.",
     "min_new_words": "New words that make an output new, whatever its length.",
     "overlap": "Word overlap (0 to 1] that makes two hand-offs the same request.",
+    "min_run": "Words in a row two replies must share for one to restate the other.",
+    "min_content": "Content words (not filler or pleasantries) those shared runs must hold.",
     "semantic": "Also compare hand-offs by meaning (needs an embedder or the `semantic` extra).",
     "embedder": "An object with `embed(texts) -> vectors` (from Python only).",
     "window": "How many recent calls the share is taken over.",

@@ -17,7 +17,11 @@ from loopwatch.traces.sniff import native_ranges
 
 scan_module = sys.modules["loopwatch.scan"]  # loopwatch.scan is the function
 
-LOOP = [{"kind": "tool_call", "name": "search", "args": {"q": "x"}}] * 6
+# a looping run: the same call, the same result (stopped at its 3rd call)
+LOOP = [
+    {"kind": "tool_call", "name": "search", "args": {"q": "x"}},
+    {"kind": "tool_result", "name": "search", "text": "nothing new"},
+] * 6
 
 
 def write(path: Path, *runs: dict[str, Any]) -> Path:
@@ -89,7 +93,8 @@ def test_a_file_partly_understood_gets_one_warning_and_is_scanned(
     code, out, err = run_cli(capsys, "scan", "--json", str(path))
     assert code == 0 and [json.loads(x)["verdict"] for x in out.splitlines()] == ["stop"] * 3
     assert len(err) == 1, err  # one line for the file, not one per run or per event
-    assert err[0].startswith(f"{path}: 9 of 27 events are not FORMAT.md events")
+    total = 3 * (len(LOOP) + 3)
+    assert err[0].startswith(f"{path}: 9 of {total} events are not FORMAT.md events")
     for part in ("3 with kind 'tool-call'", "3 'tool_call' without 'name'", "'model' without"):
         assert part in err[0]
 
@@ -109,7 +114,7 @@ def test_the_parallel_scan_reports_a_file_once(
         errors = [x for x in items if isinstance(x, InputError)]
         assert [x.run_id for x in items[:-1]] == [f"r{i}" for i in range(40)]  # type: ignore[union-attr]
         assert errors == [items[-1]] and not errors[0].whole_file
-        assert str(errors[0]).startswith(f"{path}: 40 of 280 events")
+        assert str(errors[0]).startswith(f"{path}: 40 of {40 * (len(LOOP) + 1)} events")
 
 
 def test_events_that_say_their_text_is_unknown_are_understood(
@@ -140,7 +145,9 @@ def test_explain_with_json_is_one_json_object(
     assert code == 0 and got["run_id"] == "loop" and got["verdict"] == "stop"
     assert [e["step"] for e in got["timeline"]] == list(range(len(LOOP)))
     assert got["timeline"][got["first_stop"]]["mark"] == "stop"
-    assert got["timeline"][got["first_warn"]]["mark"] == "warn"
+    # the first warning is marked "warn", unless it is the stop itself (no warning first)
+    first_warn_mark = "stop" if got["first_warn"] == got["first_stop"] else "warn"
+    assert got["timeline"][got["first_warn"]]["mark"] == first_warn_mark
     cited = {s for f in got["findings"] for s in f["steps"]}
     assert {e["step"] for e in got["timeline"] if e["evidence"]} == cited
     assert got["timeline"][0]["summary"].startswith("search(")
