@@ -183,12 +183,13 @@ def test_a_stop_on_a_result_ends_the_turn_where_the_cli_can() -> None:
 
 def test_a_stop_after_a_failed_call_in_claude_code_blocks_with_the_reason() -> None:
     """Claude Code ignores ``continue: false`` after a failed call: the model reads the
-    reason (``decision: block``), and its next call is denied."""
+    reason (``decision: block``), and its next call is denied. A new target each time,
+    failing the same way: no call repeats, so the stop is found on a result."""
     for n in range(12):
-        answer = out(handle("claude-code", claude("PreToolUse", command=f"make t{n % 2}", n=n)))
+        answer = out(handle("claude-code", claude("PreToolUse", command=f"make t{n}", n=n)))
         assert not _denied(answer)
         after = out(handle("claude-code", claude(
-            "PostToolUseFailure", command=f"make t{n % 2}", n=n,
+            "PostToolUseFailure", command=f"make t{n}", n=n,
             error="Exit code 2\nmake: *** No rule to make target")))  # fmt: skip
         if after.get("decision") == "block":
             assert after["reason"].startswith("[loopwatch] Run stopped")
