@@ -46,10 +46,12 @@ def claude_pre(command: str, n: int, session: str = "s-1", cwd: str = "/tmp") ->
     }
 
 
-def claude_failure(command: str, n: int, error: str, session: str = "s-1") -> dict[str, Any]:
+def claude_failure(
+    command: str, n: int, error: str, session: str = "s-1", cwd: str = "/tmp"
+) -> dict[str, Any]:
     return {
         "session_id": session,
-        "cwd": "/tmp",
+        "cwd": cwd,
         "hook_event_name": "PostToolUseFailure",
         "tool_name": "Bash",
         "tool_input": {"command": command, "description": "Run it"},
@@ -98,18 +100,28 @@ def decision(answer: Answer) -> str:
     return "warn"
 
 
-def test_claude_code_failing_command_is_warned_then_denied() -> None:
+def warn_before_stop(project: Path) -> str:
+    """``project`` (the payloads' ``cwd``) with RepeatedCall's former thresholds pinned
+    in its loopwatch.toml, warn at the 3rd identical call and stop at the 5th: the
+    defaults stop the 3rd after two same results with no warning first, and the tests
+    that use it are about the warning's channel before a stop."""
+    (project / "loopwatch.toml").write_text("[repeated_call]\nstop_at = 5\n")
+    return str(project)
+
+
+def test_claude_code_failing_command_is_warned_then_denied(tmp_path: Path) -> None:
+    cwd = warn_before_stop(tmp_path)
     seen = []
     for n in range(8):
-        pre = handle("claude-code", claude_pre("pytest tests/", n))
+        pre = handle("claude-code", claude_pre("pytest tests/", n, cwd=cwd))
         seen.append(decision(pre))
         if seen[-1] == "deny":
             break
-        post = handle("claude-code", claude_failure("pytest tests/", n, "Exit code 1\nFAILED"))
-        assert decision(post) in ("allow", "warn", "block")
+        failure = claude_failure("pytest tests/", n, "Exit code 1\nFAILED", cwd=cwd)
+        assert decision(handle("claude-code", failure)) in ("allow", "warn", "block")
     assert "warn" in seen and seen[-1] == "deny"
     assert seen[0] == "allow"
-    reason = json.loads(handle("claude-code", claude_pre("pytest tests/", 99)).stdout)[
+    reason = json.loads(handle("claude-code", claude_pre("pytest tests/", 99, cwd=cwd)).stdout)[
         "hookSpecificOutput"
     ]["permissionDecisionReason"]
     assert "pytest tests/" in reason  # the finding's sentence names the call
@@ -169,12 +181,13 @@ def test_codex_denies_in_its_protocol() -> None:
     assert answers[0] == "allow" and "deny" in answers
 
 
-def test_gemini_cli_answers_json_always() -> None:
+def test_gemini_cli_answers_json_always(tmp_path: Path) -> None:
     """Deny before the tool; a warning about a call comes with its result (BeforeTool
     has no context channel in Gemini CLI)."""
+    cwd = warn_before_stop(tmp_path)
     befores, afters = [], []
     for n in range(8):
-        before = {"session_id": "gm", "transcript_path": "/t.json", "cwd": "/tmp",
+        before = {"session_id": "gm", "transcript_path": "/t.json", "cwd": cwd,
                   "hook_event_name": "BeforeTool", "timestamp": f"2026-01-01T00:00:0{n}Z",
                   "tool_name": "run_shell_command",
                   "tool_input": {"command": "npm test", "description": "test"}}  # fmt: skip

@@ -46,6 +46,18 @@ def repeating(command: str, times: int = STUBBORN) -> Iterator[str]:
     return iter([command] * times)
 
 
+# RepeatedCall's former thresholds, warn at the 3rd identical call and stop at the 5th:
+# the defaults stop the 3rd after two same results with no warning first, and the tests
+# that check the warning reached the model before the stop pin them in the project.
+WARN_THEN_STOP = "[repeated_call]\nstop_at = 5\n"
+
+
+def project_config(tmp_path: Path, toml: str) -> None:
+    """The project's loopwatch.toml (``tmp_path / "proj"``, where the CLI runs)."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "loopwatch.toml").write_text(toml)
+
+
 def with_loopwatch(env: dict[str, str]) -> dict[str, str]:
     """The CLI's environment: loopwatch on PATH (as for any user who installed it, and
     what the project command looks for), no PYTHONPATH, no user config of the tests."""
@@ -284,6 +296,7 @@ def test_claude_code_stubborn_loop_is_denied_and_stays_denied(tmp_path: Path) ->
     """Claude Code runs no hook after a failed call that could end the turn
     (``continue: false`` is ignored on PostToolUseFailure and PreToolUse): the model
     is told, and every call it makes after the stop is denied."""
+    project_config(tmp_path, WARN_THEN_STOP)
     script = ClaudeScript(repeating(FAILING), stubborn=True)
     _, lines, state = run_claude(tmp_path, script)
     assert_stopped(script, turn_ends=False)
@@ -403,7 +416,9 @@ needs_gemini = pytest.mark.skipif(shutil.which("gemini") is None, reason="gemini
 def test_gemini_cli_loop_with_a_new_pid_each_run_is_denied_and_ends(tmp_path: Path) -> None:
     """Every result of the failing ``cat`` ends with a new ``Process Group PGID``: the
     hook reads results as the session reader does, without it, so the repeats are
-    repeats. The 5th call is denied; the model's next call ends the turn."""
+    repeats. The 5th call is denied (the thresholds pinned for the warning before it);
+    the model's next call ends the turn."""
+    project_config(tmp_path, WARN_THEN_STOP)
     script = GeminiScript(repeating("cat /no/such/file.txt"), stubborn=True)
     _, lines, state = run_gemini(tmp_path, script)
     results = [x for x in lines if x.get("type") == "tool_result"]
@@ -421,8 +436,7 @@ def test_gemini_cli_loop_with_a_new_pid_each_run_is_denied_and_ends(tmp_path: Pa
 
 
 def broken_config(tmp_path: Path) -> None:
-    (tmp_path / "proj").mkdir()
-    (tmp_path / "proj" / "loopwatch.toml").write_text("on_lop = 'stop'\n")
+    project_config(tmp_path, "on_lop = 'stop'\n")
 
 
 NOT_WATCHING = "[loopwatch] Not watching this session for loops: unknown configuration key 'on_lop'"
@@ -522,6 +536,7 @@ needs_codex = pytest.mark.skipif(shutil.which("codex") is None, reason="codex no
 
 @needs_codex
 def test_codex_stubborn_loop_is_denied_and_stays_denied(tmp_path: Path) -> None:
+    project_config(tmp_path, WARN_THEN_STOP)
     script = CodexScript(repeating(FAILING), stubborn=True)
     _, lines, state = run_codex(tmp_path, script)
     results = assert_stopped(script, turn_ends=False)
@@ -639,7 +654,7 @@ def test_qwen_code_loop_is_denied_and_the_turn_ends(tmp_path: Path) -> None:
     _, lines, state = run_qwen(tmp_path, script)
     # The turn ended before the model was asked again: the deny is in Qwen's record.
     assert_stopped(script, turn_ends=True, results=stream_results(lines))
-    assert len(script.seen) == 5
+    assert len(script.seen) == 3  # the 3rd call denied: the two before it failed alike
     assert hook_log(state) == ""
 
 
@@ -743,6 +758,7 @@ needs_copilot = pytest.mark.skipif(shutil.which("copilot") is None, reason="no c
 
 @needs_copilot
 def test_copilot_cli_stubborn_loop_is_denied_and_stays_denied(tmp_path: Path) -> None:
+    project_config(tmp_path, WARN_THEN_STOP)
     script = ChatScript(repeating(FAILING), stubborn=True)
     _, _, state = run_copilot(tmp_path, script)
     results = assert_stopped(script, turn_ends=False)
