@@ -61,7 +61,8 @@ def test_many_warning_detectors_still_score_above_any_stop() -> None:
 
 def test_scan_says_what_it_takes(tmp_path: Any) -> None:
     path = tmp_path / "traces.jsonl"
-    events = [{"kind": "tool_call", "name": "s", "args": {"q": 1}}] * 6
+    call = {"kind": "tool_call", "name": "s", "args": {"q": 1}}
+    events = [call, {"kind": "tool_result", "name": "s", "text": "same"}] * 6
     path.write_text(json.dumps({"run_id": "r", "events": events}) + "\n")
     for wrong in (str(path), path, str(path).encode()):
         with pytest.raises(TypeError, match=r"not a path .*read_runs"):
@@ -69,7 +70,7 @@ def test_scan_says_what_it_takes(tmp_path: Any) -> None:
     with pytest.raises(TypeError, match=r"scan\(\) takes one run.*not int"):
         scan(42, Config())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"no 'events' .*keys: args, kind, name"):
-        scan(events[0], Config())
+        scan(call, Config())
     with pytest.raises(TypeError, match="'events' of type str"):
         scan({"run_id": "r", "events": "oops"}, Config())
     (item,) = list(read_runs(str(path)))
