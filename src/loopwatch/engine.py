@@ -83,13 +83,6 @@ class Engine:
         # ones that every preview applies: for the stored previews and the messages.
         self.redact = compile_patterns(redact_patterns)
 
-    def _quiet(self, event: Event) -> bool:
-        """Whether a call is invisible to the detectors: a tool the user exempted, or
-        one that only thinks or plans (:func:`~loopwatch.events.is_reflection`)."""
-        if self.exempt_tools and event.name in self.exempt_tools:
-            return True
-        return is_reflection(event.name, event.args)
-
     def step(self, state: RunState, event: Event) -> list[Finding]:
         """Observe one event; return the findings to report for it (warnings deduplicated).
 
@@ -100,19 +93,24 @@ class Engine:
         state.n = step + 1
         kind = event.kind
         call = None
-        if kind == TOOL_CALL and self._quiet(event):
-            # Exempt or a reflection: no detector sees the call as an action, and its
-            # result is dropped too. A reflection's words are the model's own, so the
-            # detectors of model output read them as one.
-            if event.id is not None:
-                state.pending[event.id] = -1
-            else:
-                state.quiet = event.name or ""
-            if self.exempt_tools and event.name in self.exempt_tools:
-                return []
-            event = Event(MODEL, None, None, args_text(event.args), agent=event.agent)
-            kind = MODEL
-        elif kind == MODEL:
+        thought = False
+        if kind == TOOL_CALL:
+            exempt = bool(self.exempt_tools) and event.name in self.exempt_tools
+            if exempt or is_reflection(event.name, event.args):
+                # Exempt (a poller, a clock) or a reflection (think, plan): no detector
+                # sees the call as an action, and its result is dropped too. A
+                # reflection's words are the model's own: the detectors of model
+                # output read them as one (no new turn: it is not a model event).
+                if event.id is not None:
+                    state.pending[event.id] = -1
+                else:
+                    state.quiet = event.name or ""
+                if exempt:
+                    return []
+                event = Event(MODEL, None, None, args_text(event.args), agent=event.agent)
+                kind = MODEL
+                thought = True
+        if kind == MODEL and not thought:
             # One model turn may issue several calls at once (a parallel batch): they
             # are one decision, so detectors count them as one attempt. In a trace
             # with no model events at all, every call is its own turn.

@@ -16,7 +16,7 @@ import json
 import os
 import re
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import orjson
@@ -44,7 +44,6 @@ __all__ = [
     "reflection_tool",
     "shell_command",
     "sketch_similarity",
-    "text_sketch",
     "tool_key",
 ]
 
@@ -125,7 +124,6 @@ _STOPWORDS_BYTES: Final = frozenset(w.encode("ascii") for w in _STOPWORDS)
 
 
 _SKETCH_SIZE: Final = 64
-_SKETCH_MIN_WORDS: Final = 20
 _xxh32 = xxhash.xxh32_intdigest
 # Bytes: letters lower-cased, digits kept, everything else a space.
 _LOWER_WORD_BYTES: Final = bytes(
@@ -133,42 +131,21 @@ _LOWER_WORD_BYTES: Final = bytes(
 )
 
 
-def text_sketch(text: str) -> list[int] | None:
-    """A bottom-64 MinHash sketch of a text's distinct words (stable across processes),
-    or None when the text has too few words for a fuzzy comparison to mean anything."""
-    clipped = text[:4000]
-    # Masked token by token where that masks the same values: 3x cheaper than the
-    # pattern over the whole text, and only the words are kept.
-    masked = _mask_tokens(clipped) if _masks_alike(clipped) else mask_volatile(clipped)
-    if masked.isascii():
-        # The same words as _WORD finds in the lower-cased text (runs of ASCII letters
-        # and digits), as bytes ready to hash: one C pass lower-cases and splits, instead
-        # of str.lower, a regex and an encode per word.
-        raw = set(masked.encode("ascii").translate(_LOWER_WORD_BYTES).split())
-        if len(raw) < _SKETCH_MIN_WORDS:
-            return None
-        return sorted([_xxh32(w) for w in raw])[:_SKETCH_SIZE]
-    words = set(_WORD.findall(masked.lower()))
-    if len(words) < _SKETCH_MIN_WORDS:
-        return None
-    return sorted([_xxh32(w.encode(_UTF8, _LONE)) for w in words])[:_SKETCH_SIZE]
-
-
 _PAGE_CHARS: Final = 2000
-_PAGE_SKETCH_SIZE: Final = 64
 _PAGE_MIN_WORDS: Final = 12
 _PAGE_WORD_MIN: Final = 4
 
 
 def page_sketch(text: str) -> list[int] | None:
-    """A cheaper sketch of what a result shows: a bottom-64 MinHash of the distinct
-    words of 4+ characters in its first 2,000 characters, or None when there are
-    fewer than 12 such words. Made for comparing two results of the same call (a page
-    re-read, OCR'd differently): unlike :func:`text_sketch` it neither masks
-    volatile values (a volatile token or two moves the overlap of dozens of words
-    little) nor hashes short words, and reads half as much. On the corpus's
-    Magentic-One runs it puts 31 of 41 re-clicks of an unchanged page at 0.75 or
-    more, and 1 of 33 page scrolls (the last screen of a page, shown again)."""
+    """A sketch of what a result shows (stable across processes): a bottom-64 MinHash
+    of the distinct words of 4+ characters in its first 2,000 characters, or None when
+    there are fewer than 12 such words. Made for comparing two results of the same
+    call (a page re-read, OCR'd differently). It neither masks volatile values (a
+    volatile token or two moves the overlap of dozens of words little) nor hashes
+    short words: 3-4x cheaper than a sketch of every masked word of 4,000
+    characters. On the corpus's Magentic-One runs it puts 31 of 41 re-clicks of an
+    unchanged page at 0.75 or more, and 1 of 33 page scrolls (the last screen of a
+    page, shown again)."""
     head = text[:_PAGE_CHARS]
     if head.isascii():
         words = {
@@ -178,11 +155,11 @@ def page_sketch(text: str) -> list[int] | None:
         }
         if len(words) < _PAGE_MIN_WORDS:
             return None
-        return sorted([_xxh32(w) for w in words])[:_PAGE_SKETCH_SIZE]
+        return sorted([_xxh32(w) for w in words])[:_SKETCH_SIZE]
     found = {w for w in _WORD.findall(head.lower()) if len(w) >= _PAGE_WORD_MIN}
     if len(found) < _PAGE_MIN_WORDS:
         return None
-    return sorted([_xxh32(w.encode(_UTF8, _LONE)) for w in found])[:_PAGE_SKETCH_SIZE]
+    return sorted([_xxh32(w.encode(_UTF8, _LONE)) for w in found])[:_SKETCH_SIZE]
 
 
 def sketch_similarity(a: list[int], b: list[int]) -> float:
@@ -230,7 +207,7 @@ def _mask_tokens(text: str) -> str:
     """:func:`mask_volatile` token by token, tokens joined by one space. Every match
     of the pattern is 8+ characters and holds a digit or one of ``-_:"``, so only
     such tokens are tried; and no match spans whitespace except a date and a time
-    written with a space between them (see :func:`_masks_alike`)."""
+    written with a space between them, which this masks as two values."""
     return " ".join(_masked(text.split()))
 
 
@@ -354,17 +331,6 @@ def _mask_token(tok: str) -> str:
 # Whether this module runs compiled (mypyc makes its functions built-in functions):
 # the character scan of _may_hold_by_class pays only there.
 _SCAN_CHARACTERS: Final = not isinstance(_may_hold_by_class, types.FunctionType)
-
-
-# The one volatile value that spans whitespace: a date, a space, a time.
-_DATE_SPACE_TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}")
-
-
-def _masks_alike(text: str) -> bool:
-    """Whether :func:`_mask_tokens` masks the same values as :func:`mask_volatile`
-    (the words of the two are then the same): unless a date and a time are written
-    with a space between them, which only the whole-text pattern masks as one."""
-    return ":" not in text or "-" not in text or _DATE_SPACE_TIME.search(text) is None
 
 
 def normalise_text(text: str) -> str:
@@ -719,8 +685,8 @@ def _normalise_value(value: Any, depth: int = 0, path: set[int] | None = None) -
     path.add(id(value))
     try:
         if isinstance(value, Mapping):
-            items: list[tuple[Any, Any]] = list(value.items())
-            if depth == 0 and len(items) > 1:
+            items: Iterable[tuple[Any, Any]] = value.items()
+            if depth == 0 and len(value) > 1:
                 # Fields that describe a call (Claude Code's Bash ``description``) are
                 # rewritten by the model on every try: they must not make a repeat new.
                 kept = [(k, v) for k, v in items if str(k).lower() not in DESCRIBING_KEYS]

@@ -215,7 +215,6 @@ class RepeatedCall(Detector):
         overlap of ``_NEAR`` (a page re-read whose rendering differs slightly)."""
         previous = entry.result
         entry.result = result
-        entry.results += 1
         if entry.count < 2:
             # the streak's first result
             entry.results = 1
@@ -228,6 +227,7 @@ class RepeatedCall(Detector):
                 else None
             )
             return
+        entry.results += 1
         if previous is None or result is None:
             return  # nothing to compare: no evidence of progress either
         if result == previous and entry.sketch is not None:
