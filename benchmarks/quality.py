@@ -329,7 +329,7 @@ def check_targets(
 
     def at_least(name: str, value: float | None, floor: float | None) -> None:
         if floor is not None and value is not None:
-            out.append((f"{name} {value:.2f} (target >= {floor})", value >= floor))
+            out.append((f"{name} {value:.3f} (target >= {floor})", value >= floor))
 
     def at_most(name: str, value: float | None, ceiling: float | None) -> None:
         if ceiling is not None and value is not None:

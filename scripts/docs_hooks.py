@@ -77,6 +77,10 @@ PARAMS: dict[str | tuple[str, str], str] = {
     "tool_stop_at": "Stop when one tool has failed this many times (`0`: never).",
     ("error_loop", "warn_at"): "Warn at this many repeats of the same error.",
     ("error_loop", "stop_at"): "Stop at this many repeats of the same error (`0`: never).",
+    "resent_stop_at": "Stop at this many repeats of the same error once the agent re-sent a "
+    "call that had already failed with it (`0`: never).",
+    "recurring_warn_at": "Warn when one tool has failed with the same error this many times "
+    "while other calls worked in between (`0`: never).",
     "max_period": "The longest sequence of calls (2 and up) looked for as a cycle.",
     "warn_repeats": "Warn when the cycle has come round this many times.",
     "stop_repeats": "Stop when it has come round this many times (`0`: never).",

@@ -337,3 +337,114 @@ def test_only_a_page_is_sketched_from_its_first_result() -> None:
         streaks = state.slot("repeated_call", RepeatState).by_key
         sketched[rid] = next(iter(streaks.values())).sketch is not None
     assert sketched == {"page": True, "log": False}
+
+
+# -- orchestrators -----------------------------------------------------------------------
+def screen(address: str, shown: str, percent: int) -> str:
+    """A browser result: the address echoed near the start, then what the page shows."""
+    return (
+        f"I clicked it.\n\nHere is a screenshot of [Page]({address}). The viewport shows "
+        f"{percent}% of the webpage.\nAutomatic OCR of the page screenshot has detected "
+        f"the following text:\n{shown}"
+    )
+
+
+GRAVEYARD = " ".join(f"flavor{i} rhyme{i} years{i}" for i in range(30))
+
+
+INSPECT = "Please inspect the headstone photo for other headstones and read their rhymes."
+
+
+def test_an_instruction_resent_while_the_page_does_not_change_is_stopped_at_the_third() -> None:
+    address = "https://www.example.com/flavors/graveyard"
+    events: Events = [{"kind": "user", "text": "What is the rhyme on the oldest headstone?"}]
+    # the first click shows the page; each later one lands on it again (another
+    # percentage, OCR noise), so the instructions after the 2nd bring nothing new
+    for target, percent in (("graveyard", 20), ("headstone", 22), ("photo", 25), ("back", 22)):
+        events.append(model(INSPECT, agent="Orchestrator", to="WebSurfer"))
+        shown = GRAVEYARD.replace("flavor7", "flavour7") if percent == 25 else GRAVEYARD
+        events += tool("click", {"target": target}, screen(address, shown, percent))
+    report = scan(run(events), Config())
+    assert report.first_stop == 10  # the 4th instruction: the 3rd with nothing new
+    stop = next(f for f in report.findings if f.severity.value == "stop")
+    assert stop.detector == "repeated_instruction"
+    assert stop.steps == (4, 7, 10)
+    assert "Orchestrator has sent WebSurfer the same instruction 3 times" in stop.message
+
+
+def test_an_orchestrator_walking_a_list_gets_new_pages_and_is_not_stopped() -> None:
+    events: Events = [{"kind": "user", "text": "Which eatery is open at 11pm?"}]
+    places = ["Shack", "Olio", "Sneekers", "Pizza Palace", "Waterfront"]
+    for n, place in enumerate(places):
+        left = ", ".join(places[n:])
+        events.append(model(f"Check the opening hours of {left} on Wednesdays.",
+                            agent="Orchestrator", to="WebSurfer"))  # fmt: skip
+        shown = " ".join(f"{place.lower()}{i} hours{i} review{i}" for i in range(30))
+        address = f"https://www.bing.com/search?q={place.replace(' ', '+')}"
+        events += tool("click", {"target": place}, screen(address, shown, 10))
+    assert not any(
+        f.detector == "repeated_instruction" for f in scan(run(events), Config()).findings
+    )
+
+
+def test_a_new_reply_from_the_instructed_agent_is_news() -> None:
+    def exchange(replies: list[str]) -> list[str]:
+        events: Events = [{"kind": "user", "text": "Read the downloaded file"}]
+        for reply in replies:
+            events.append(model("Please read the downloaded PDF and report the volume.",
+                                agent="Orchestrator", to="FileSurfer"))  # fmt: skip
+            events.append(model(reply, agent="FileSurfer"))
+        return [f.detector for f in scan(run(events), Config()).findings]
+
+    pages = ["Title page: authors and abstract.", "Methods: the bag is a cylinder.",
+             "Results: fish counts per day.", "Appendix: raw tables of weights."]  # fmt: skip
+    assert "repeated_instruction" not in exchange(pages)
+    assert "repeated_instruction" in exchange(["Error 404: file not found"] * 4)
+
+
+def test_an_instruction_the_trace_did_not_record_is_not_a_repeat() -> None:
+    events: Events = [{"kind": "user", "text": "Go"}]
+    for _ in range(4):
+        events.append({"kind": "model", "agent": "Orchestrator", "to": "WebSurfer"})
+    report = scan(run(events), Config())
+    assert not any(f.detector == "repeated_instruction" for f in report.findings)
+
+
+# -- the same error, again ---------------------------------------------------------------
+NOT_AVAILABLE = "Error: flight HAT030 not available on date 2024-05-13"
+
+
+def test_re_sending_a_call_that_failed_stops_at_the_third_same_error() -> None:
+    events: Events = [{"kind": "user", "text": "Change my flights"}]
+    for flights in (["HAT030", "HAT002"], ["HAT030", "HAT004"], ["HAT030", "HAT002"]):
+        events += tool("update_flights", {"flights": flights}, NOT_AVAILABLE)
+    report = scan(run(events), Config())
+    assert report.first_stop == 6  # the third failure: the first call, sent again
+    stop = next(f for f in report.findings if f.severity.value == "stop")
+    assert (stop.detector, stop.steps) == ("error_loop", (2, 4, 6))
+
+
+def test_different_calls_failing_the_same_way_are_exploring() -> None:
+    events: Events = [{"kind": "user", "text": "Find the config"}]
+    for path in ("a.toml", "b.toml", "c.toml"):
+        events += tool("read", {"path": path}, "Error: file not found")
+    report = scan(run(events), Config())
+    assert report.first_stop is None
+    assert [f.detector for f in report.findings] == ["error_loop"]  # a warning at the 3rd
+
+
+def test_the_same_error_between_other_tools_successes_is_a_warning() -> None:
+    def attempts(between: str) -> Events:
+        events: Events = [{"kind": "user", "text": "Book it"}]
+        for total in ("957", "1047", "957"):
+            events += tool("book", {"paid": total}, "Error: payment does not add up, total 1002")
+            events += tool(between, {"expression": f"{total} + 1"}, f"{total}.5")
+        return events
+
+    report = scan(run(attempts("calculate")), Config())
+    assert report.first_stop is None
+    warning = report.findings[-1]
+    assert (warning.detector, warning.steps) == ("error_loop", (2, 6, 10))
+    assert "although other calls worked in between" in warning.message
+    # when the failing tool itself succeeds in between, the failure is not recurring
+    assert scan(run(attempts("book")), Config()).verdict == "ok"

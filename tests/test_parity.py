@@ -29,8 +29,18 @@ PLAN = (
     "I will analyze the requirements, then consider the options, and choose the most "
     "appropriate solution for the parser module based on the constraints."
 )
-TEXTS = ["", "ok", "Let me look.", PLAN, PLAN.replace("then", "and then"), "done " * 60]
-RESULTS = ["18C", "", "error: boom", "Error: no seats", "No results found.", "page 2", "ok"]
+TEXTS = [
+    "", "ok", "Let me look.", PLAN, PLAN.replace("then", "and then"), "done " * 60,
+    "Please open the price list and find the cheapest item.",
+]  # fmt: skip
+# Two screens of one address (a page re-read and a scrolled one), as browser tools echo them
+_PAGE = "Here is a screenshot of [Shop](https://shop.example.com/list). " + " ".join(
+    f"item{i} price{i * 3}" for i in range(40)
+)
+RESULTS = [
+    "18C", "", "error: boom", "Error: no seats", "No results found.", "page 2", "ok",
+    _PAGE, _PAGE.replace("item3 ", "itemthree "), _PAGE.replace("item", "entry"),
+]  # fmt: skip
 USER_TEXTS = ["I'll check later, thanks", "My booking is AB123", "Please try again", ""]
 
 

@@ -45,6 +45,7 @@ COMPILED: tuple[str, ...] = (
     "loopwatch.detectors.errors",
     "loopwatch.detectors.futility",
     "loopwatch.detectors.handoff",
+    "loopwatch.detectors.instruction",
     "loopwatch.detectors.progress",
     "loopwatch.detectors.recursion",
     "loopwatch.detectors.repeat",

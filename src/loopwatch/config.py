@@ -333,10 +333,11 @@ _COUNTS: Final[dict[str, int]] = {
     "tool_warn_at": 1, "tool_stop_at": 1, "warn_repeats": 1, "stop_repeats": 1,
     "warn_after": 1, "stop_after": 1, "window": 1, "max_iterations": 1,
     "max_period": 2, "min_words": 0, "min_new_words": 0, "max_chars": 1,
+    "resent_stop_at": 1, "recurring_warn_at": 1,
 }  # fmt: skip
 _OPTIONAL_COUNTS: Final = frozenset(
     {"stop_at", "window_warn_at", "window_stop_at", "tool_stop_at", "stop_repeats",
-     "stop_after"}
+     "stop_after", "resent_stop_at", "recurring_warn_at"}
 )  # fmt: skip
 # Durations in a detector section: a number of seconds or a string such as "1h".
 _DURATIONS: Final = frozenset({"max_seconds"})

@@ -30,6 +30,8 @@ __all__ = [
     "negative",
     "plain_words",
     "preview",
+    "request_overlap",
+    "request_words",
     "specifics",
     "split_words",
     "word_at_rest",
@@ -87,6 +89,36 @@ def word_at_rest(word: str) -> str:
     token has (``#`` is never in a word: no two words share a key). One word, one key:
     word sets compare as before, so no verdict changes."""
     return word if len(word) < LONG_WORD else "#" + fingerprint(word)
+
+
+# Words that carry no request: dropped before two messages between agents are compared
+# (request_words), so that "could you please do it" adds nothing to their overlap.
+_REQUEST_FILLER: Final = frozenset(
+    {
+        "a", "an", "the", "in", "of", "for", "on", "to", "at", "by", "with", "and", "or",
+        "is", "are", "be", "me", "you", "i", "we", "it", "this", "that", "please", "could",
+        "can", "would", "will", "do", "so", "ok", "okay", "let", "us", "your", "my",
+    }
+)  # fmt: skip
+
+
+def request_words(text: str) -> dict[str, int]:
+    """A message's content words, as run state keeps them (dict keys: a set that
+    serialises; long words by their fingerprint, see :func:`word_at_rest`)."""
+    return dict.fromkeys(
+        (word_at_rest(w) for w in WORD.findall(text.lower()) if w not in _REQUEST_FILLER), 1
+    )
+
+
+def request_overlap(a: Mapping[str, int], b: Mapping[str, int]) -> float:
+    """Shared content words over the larger message's content words.
+
+    Stricter than containment (shared over the smaller): a short request and a long
+    page that happens to contain its words are not the same message.
+    """
+    if not a or not b:
+        return 0.0
+    return len(a.keys() & b.keys()) / max(len(a), len(b))
 
 
 def jaccard(a: set[str], b: set[str]) -> float:

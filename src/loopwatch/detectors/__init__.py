@@ -13,6 +13,7 @@ from .errors import ErrorLoop
 from .frequency import Frequency
 from .futility import Futility
 from .handoff import PingPong
+from .instruction import RepeatedInstruction
 from .progress import NoProgress
 from .recursion import Recursion
 from .repeat import RepeatedCall
@@ -38,6 +39,7 @@ __all__ = [
     "PingPong",
     "Recursion",
     "RepeatedCall",
+    "RepeatedInstruction",
     "RestatedReply",
     "Semantic",
     "SemanticUnavailable",
@@ -56,7 +58,8 @@ __all__ = [
 # these, in the order it was defined.
 RUN_ORDER: Final = (
     "repeated_call", "cycle", "error_loop", "no_progress", "stagnation", "chanting",
-    "recursion", "iteration_cap", "spend_velocity", "ping_pong", "futility", "restated_reply",
+    "recursion", "iteration_cap", "spend_velocity", "ping_pong", "repeated_instruction",
+    "futility", "restated_reply",
     "frequency", "name_cycle", "semantic", "token_budget", "cost_budget", "time_budget",
 )  # fmt: skip
 

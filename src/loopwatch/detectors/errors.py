@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, final
 
 from ..events import TOOL_RESULT, USER
-from ..findings import Finding
+from ..findings import Finding, Severity
 from ..state import DetectorState, Tally, dump_map, load_map
 from .base import Context, Detector, preview, severity_for, trim
 
@@ -17,26 +17,29 @@ _STEPS_MAX = 8
 class ErrorState(DetectorState):
     """Failures since the last success: by error signature and by tool."""
 
-    __slots__ = ("errors", "tools")
+    __slots__ = ("errors", "recurring", "tools")
 
     def __init__(self) -> None:
         self.errors: dict[str, Tally] = {}  # error key -> failures (LRU, at most 32)
         self.tools: dict[str, Tally] = {}  # tool name -> failures in a row
+        # tool + error key -> failures since that tool last succeeded (LRU, at most 32)
+        self.recurring: dict[str, Tally] = {}
 
     def dump(self) -> Any:
-        return [dump_map(self.errors), dump_map(self.tools)]
+        return [dump_map(self.errors), dump_map(self.tools), dump_map(self.recurring)]
 
     @classmethod
     def load(cls, data: Any) -> ErrorState:
         st = cls()
         st.errors, st.tools = load_map(Tally, data[0]), load_map(Tally, data[1])
+        st.recurring = load_map(Tally, data[2])
         return st
 
 
 class ErrorLoop(Detector):
     """The same error text coming back, or one tool failing call after call.
 
-    Two patterns, each with its own thresholds:
+    Two patterns, each with its own thresholds, and two refinements below:
 
     * the same error (error text with volatile values masked) returned
       ``warn_at``/``stop_at`` times with no successful result in between, whatever
@@ -47,6 +50,26 @@ class ErrorLoop(Detector):
       the longest failure streak in a solved corpus run is 8 (a mini-swe-agent run
       rejected 8 times for its output format, which then recovered), while the
       bioagent runs that loop on failures reach 10 and 20.
+
+    Third, ``resent_stop_at``: the same error that many times when the agent
+    re-sent a call that had already failed with it (the same call, arguments
+    reworded at most, among the failures): it knew the outcome and asked again.
+    Different calls failing the same way ("file not found" for three paths) are
+    exploration and wait for ``stop_at``. Measured with ``benchmarks/quality.py``:
+    stopping at the 3rd same error whatever the calls stops one more labelled loop
+    (a booking re-sent with a flight the tool said is unavailable) and one run the
+    two readers disagree on (a payment re-sent with the card that was declined);
+    requiring a re-sent call keeps both and guards the exploring case. It also
+    stops 6 labelled coding and support loops 1-8 events earlier (a failing command
+    re-run between other commands), and no run labelled not-a-loop or solved.
+
+    Fourth, ``recurring_warn_at`` (a warning only): one tool failing with the same
+    error that many times while other tools' calls worked in between (a booking
+    rejected for its total three times, a recalculation between each try; a fetch
+    refused by the same domain policy). Those successes reset the first pattern,
+    as an edit between two failing builds should; a success of the failing tool
+    itself resets this one. Measured: a warning on 2 more labelled loops, and on no
+    run labelled not-a-loop, no solved run and no unlabelled run.
 
     Deliberately ignores: a transient error followed by a success (the success
     resets both counts), and errors not marked as such in the trace (a shell
@@ -62,9 +85,13 @@ class ErrorLoop(Detector):
         stop_at: int | None = 5,
         tool_warn_at: int = 5,
         tool_stop_at: int | None = 10,
+        resent_stop_at: int | None = 3,
+        recurring_warn_at: int | None = 3,
     ) -> None:
+        self.recurring_warn_at = recurring_warn_at
         self.warn_at = warn_at
         self.stop_at = stop_at
+        self.resent_stop_at = resent_stop_at
         self.tool_warn_at = tool_warn_at
         self.tool_stop_at = tool_stop_at
 
@@ -81,32 +108,37 @@ class ErrorLoop(Detector):
             if ctx.state.news_step == ctx.step:
                 tools.clear()
                 errs.clear()
+                st.recurring.clear()
             return None
         if not ev.error:
             # A success resets both counts: something worked, something moved (an
             # edit between two failing builds is progress for the build).
             tools.clear()
             errs.clear()
+            recurring = st.recurring
+            if recurring:
+                prefix = tool + "\0"
+                for k in [k for k in recurring if k.startswith(prefix)]:
+                    del recurring[k]
             return None
         key = ev.result_key
         # Failures of different calls issued together in one turn (a parallel batch
         # all hitting the same broken tool) are one attempt, not several.
         attempt = 0 if ctx.batched else 1
-        entry = errs.pop(key, None) or Tally()
-        entry.count += attempt
-        entry.steps.append(ctx.step)
-        trim(entry.steps, _STEPS_MAX)
-        errs[key] = entry
-        if len(errs) > _KEYS_MAX:
-            del errs[next(iter(errs))]
-        t_entry = tools.get(tool)
-        if t_entry is None:
-            t_entry = tools[tool] = Tally()
-        t_entry.count += attempt
-        t_entry.steps.append(ctx.step)
-        trim(t_entry.steps, _STEPS_MAX)
+        entry = _count(errs, key, attempt, ctx.step)
+        t_entry = _count(tools, tool, attempt, ctx.step)
+        r_key = tool + "\0" + key
+        r_entry = _count(st.recurring, r_key, attempt, ctx.step)
         args = f"({rec.args})" if rec else ""
         severity = severity_for(entry.count, self.warn_at, self.stop_at)
+        resent = self.resent_stop_at
+        if (
+            severity is not Severity.STOP
+            and resent is not None
+            and entry.count >= resent
+            and _resent(ctx, key, entry.steps)
+        ):
+            severity = Severity.STOP
         if severity is not None:
             return Finding(
                 self.name,
@@ -129,4 +161,40 @@ class ErrorLoop(Detector):
                 "before calling it again.",
                 "tool:" + tool,
             )
+        severity = severity_for(r_entry.count, self.recurring_warn_at, None)
+        if severity is not None:
+            return Finding(
+                self.name,
+                severity,
+                ctx.step,
+                tuple(r_entry.steps),
+                f"{tool}{args} failed with the same error {r_entry.count} times although "
+                f"other calls worked in between: {preview(ev.text, 100)!r}. What you do "
+                "between the tries does not fix it: read the error and change the call.",
+                "recur:" + r_key,
+            )
         return None
+
+
+def _count(tallies: dict[str, Tally], key: str, attempt: int, step: int) -> Tally:
+    """Count one failure under ``key`` (most recently failed last; at most 32 kept)."""
+    entry = tallies.pop(key, None) or Tally()
+    entry.count += attempt
+    entry.steps.append(step)
+    trim(entry.steps, _STEPS_MAX)
+    tallies[key] = entry
+    if len(tallies) > _KEYS_MAX:
+        del tallies[next(iter(tallies))]
+    return entry
+
+
+def _resent(ctx: Context, key: str, steps: list[int]) -> bool:
+    """Whether two of the failures with this error came from the same call (by
+    normalised key): the agent asked again for what had already failed."""
+    seen: set[str] = set()
+    for rec in ctx.calls:
+        if rec.result == key and rec.rstep in steps:
+            if rec.norm in seen:
+                return True
+            seen.add(rec.norm)
+    return False

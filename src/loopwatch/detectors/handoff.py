@@ -9,43 +9,17 @@ from ..events import MODEL, SPAN
 from ..findings import Finding, Severity
 from ..redact import redact
 from ..state import DetectorState, Record, dump_map, load_map
-from ..text import WORD, fingerprint, word_at_rest
+from ..text import fingerprint, request_overlap, request_words
 from .base import Context, Detector, preview, severity_for, trim
 
 __all__ = ["PingPong"]
 
-# Words that carry no request: dropped before comparing two messages' word sets.
-_FILLER: Final = frozenset(
-    {
-        "a", "an", "the", "in", "of", "for", "on", "to", "at", "by", "with", "and", "or",
-        "is", "are", "be", "me", "you", "i", "we", "it", "this", "that", "please", "could",
-        "can", "would", "will", "do", "so", "ok", "okay", "let", "us", "your", "my",
-    }
-)  # fmt: skip
 _PAIRS_MAX: Final = 8  # agent pairs tracked per run (LRU)
 _RECENT: Final = 4  # messages per pair a new one is compared with
 _SPANS_MAX: Final = 64  # span id -> agent name, to resolve handoffs in span trees
 _STEPS_MAX: Final = 10
 _TEXT_CHARS: Final = 400  # a request shows in its first sentences; bounds state
 _AGENT_SPANS: Final = frozenset({"agent", "handoff", "subagent", "sub_agent", "crew", "task"})
-
-
-def _content(text: str) -> dict[str, int]:
-    """A message's content words (JSON-serialisable, set-like keys)."""
-    return dict.fromkeys(
-        (word_at_rest(w) for w in WORD.findall(text.lower()) if w not in _FILLER), 1
-    )
-
-
-def _overlap(a: dict[str, int], b: dict[str, int]) -> float:
-    """Shared content words over the larger message's content words.
-
-    Stricter than containment (shared over the smaller): a short request and a long
-    page that happens to contain its words are not the same message.
-    """
-    if not a or not b:
-        return 0.0
-    return len(a.keys() & b.keys()) / max(len(a), len(b))
 
 
 @final
@@ -191,7 +165,7 @@ class PingPong(Detector):
         mark = ctx.state.news
         if entry is None or entry.mark != mark:
             entry = Exchange(mark)
-        words = _content(text)
+        words = request_words(text)
         fp = fingerprint(text)
         # the text is kept (redacted) only for the embeddings to compare with
         kept = redact(text) if self._compare is not None else ""
@@ -235,7 +209,7 @@ class PingPong(Detector):
         )
 
     def _same(self, old: Message, fp: str, text: str, words: dict[str, int]) -> bool:
-        if old.fp == fp or _overlap(old.words, words) >= self.overlap:
+        if old.fp == fp or request_overlap(old.words, words) >= self.overlap:
             return True
         if self._compare is None:
             return False
