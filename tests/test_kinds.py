@@ -448,3 +448,50 @@ def test_the_same_error_between_other_tools_successes_is_a_warning() -> None:
     assert "although other calls worked in between" in warning.message
     # when the failing tool itself succeeds in between, the failure is not recurring
     assert scan(run(attempts("book")), Config()).verdict == "ok"
+
+
+# -- browsing ------------------------------------------------------------------------------
+VIEWER = " ".join(f"figure{i} table{i} section{i}" for i in range(30))
+
+
+def test_a_page_shown_a_third_time_is_a_warning() -> None:
+    address = "https://journals.example.org/article/view/733/684"
+    events: Events = [{"kind": "user", "text": "Find the volume in the paper"}]
+    # three ways to the same viewer page, other pages in between
+    for n, (name, args) in enumerate(
+        [
+            ("click", {"target": "PDF"}),
+            ("visit_url", {"url": address}),
+            ("click", {"target": "View"}),
+        ]
+    ):
+        events += tool(name, args, screen(address, VIEWER.replace("figure1 ", f"fig{n} "), 100))
+        other = f"https://search.example.com/?q=fish+bag+{n}"
+        events += tool(
+            "search", {"q": f"fish bag {n}"}, screen(other, f"hit{n} " * 40 + VIEWER[:50], 5)
+        )
+    report = scan(run(events), Config())
+    revisits = [f for f in report.findings if f.detector == "revisited_page"]
+    assert [(f.severity.value, f.steps) for f in revisits] == [("warn", (2, 6, 10))]
+    assert report.first_stop is None  # a warning only, by default
+    assert "The same page has come back 3 times" in revisits[0].message
+
+
+def test_a_shell_command_printing_a_url_shows_no_page() -> None:
+    svg = '<svg xmlns="http://www.w3.org/2000/svg">' + VIEWER + "</svg>"
+    events: Events = [{"kind": "user", "text": "Check the diagram"}]
+    for n in range(4):
+        events += tool("bash", {"command": f"cat diagram.svg  # {n}"}, svg)
+        events += tool("bash", {"command": f"sed -i 's/a{n}/b/' conf.py"}, "")
+    assert not any(f.detector == "revisited_page" for f in scan(run(events), Config()).findings)
+
+
+def test_a_new_request_from_the_user_makes_a_page_new_again() -> None:
+    address = "https://weather.example.com/paris"
+    events: Events = []
+    for city_request in ("Weather in Paris, zip 75001?", "And for 75002?", "What about 75003?"):
+        events.append({"kind": "user", "text": city_request})
+        events += tool(
+            "visit_url", {"url": address, "n": city_request}, screen(address, VIEWER, 40)
+        )
+    assert not any(f.detector == "revisited_page" for f in scan(run(events), Config()).findings)

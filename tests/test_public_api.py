@@ -15,7 +15,7 @@ PUBLIC = {
     "Detector", "DetectorSet", "default_detectors", "Embedder",
     "Chanting", "CostBudget", "Cycle", "ErrorLoop", "Frequency", "Futility",
     "IterationCap", "NameCycle", "NoProgress", "PingPong", "Recursion", "RepeatedCall",
-    "RepeatedInstruction", "RestatedReply", "Semantic",
+    "RepeatedInstruction", "RestatedReply", "RevisitedPage", "Semantic",
     "SpendVelocity", "Stagnation", "TimeBudget", "TokenBudget",
     # events, traces and stores
     "Event", "InputError", "TraceRun", "read_runs", "MemoryStore", "Store",

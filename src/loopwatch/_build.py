@@ -49,6 +49,7 @@ COMPILED: tuple[str, ...] = (
     "loopwatch.detectors.progress",
     "loopwatch.detectors.recursion",
     "loopwatch.detectors.repeat",
+    "loopwatch.detectors.revisit",
     "loopwatch.detectors.spend",
     "loopwatch.detectors.stagnation",
 )

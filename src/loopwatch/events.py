@@ -27,6 +27,7 @@ __all__ = [
     "DESCRIBING_KEYS",
     "KINDS",
     "MODEL",
+    "SAME_PAGE",
     "SPAN",
     "TOOL_CALL",
     "TOOL_RESULT",
@@ -40,6 +41,7 @@ __all__ = [
     "maybe_json",
     "normalise_text",
     "outcome_signature",
+    "page_address",
     "page_sketch",
     "reflection_tool",
     "shell_command",
@@ -160,6 +162,34 @@ def page_sketch(text: str) -> list[int] | None:
     if len(found) < _PAGE_MIN_WORDS:
         return None
     return sorted([_xxh32(w.encode(_UTF8, _LONE)) for w in found])[:_SKETCH_SIZE]
+
+
+# Two showings of one address whose sketches overlap this much are the same page: the
+# bar RepeatedCall measured for re-clicks of an unchanged page, OCR'd differently
+# (0.79-0.86 in the corpus; scrolled screens of one page stay below it).
+SAME_PAGE: Final = 0.75
+# Browser tools echo the address they show near the start of a result ("Here is a
+# screenshot of [title](url)", "Address: file:///...", "Page URL: ...").
+_ADDRESS_WITHIN: Final = 400
+_ADDRESS_CHARS: Final = 300
+_ADDRESS_END: Final = frozenset(" \t\r\n)]>\"'")
+
+
+def page_address(text: str) -> str | None:
+    """The address a result shows, if it names one near its start (``scheme://...``
+    in its first 400 characters), else None: what makes a result a *page* that can be
+    shown again."""
+    at = text.find("://", 0, _ADDRESS_WITHIN)
+    if at < 0:
+        return None
+    start = at
+    while start > 0 and text[start - 1].isalpha():
+        start -= 1
+    end = at + 3
+    limit = min(len(text), end + _ADDRESS_CHARS)
+    while end < limit and text[end] not in _ADDRESS_END:
+        end += 1
+    return text[start:end]
 
 
 def sketch_similarity(a: list[int], b: list[int]) -> float:
@@ -775,9 +805,13 @@ class Event:
     __slots__ = (
         "_args_json",
         "_call_key",
+        "_command",
+        "_commanded",
         "_norm_key",
         "_outcome_key",
         "_result_key",
+        "_sketch",
+        "_sketched",
         "agent",
         "args",
         "cost",
@@ -832,6 +866,10 @@ class Event:
         self._norm_key: str | None = None
         self._result_key: str | None = None
         self._outcome_key: str | None = None
+        self._sketch: list[int] | None = None
+        self._sketched = False
+        self._command: str | None = None
+        self._commanded = False
 
     _FIELDS: Final = frozenset(
         {"kind", "name", "args", "text", "id", "parent", "type", "error", "tokens", "cost",
@@ -961,6 +999,24 @@ class Event:
                 _NORM_CACHE[exact] = key
             self._norm_key = key
         return key
+
+    @property
+    def command(self) -> str | None:
+        """:func:`shell_command` of the arguments (None for a call that is not a
+        shell command), read once per event: several detectors ask."""
+        if not self._commanded:
+            self._command = shell_command(self.args) if self.kind == TOOL_CALL else None
+            self._commanded = True
+        return self._command
+
+    @property
+    def sketch(self) -> list[int] | None:
+        """:func:`page_sketch` of the text, made once per event: the detectors that
+        compare pages (repeated calls, re-sent instructions, revisits) share it."""
+        if not self._sketched:
+            self._sketch = page_sketch(self.text)
+            self._sketched = True
+        return self._sketch
 
     @property
     def name_key(self) -> str:

@@ -17,6 +17,7 @@ from .instruction import RepeatedInstruction
 from .progress import NoProgress
 from .recursion import Recursion
 from .repeat import RepeatedCall
+from .revisit import RevisitedPage
 from .semantic import Embedder, Semantic, SemanticUnavailable
 from .spend import CostBudget, SpendVelocity, TimeBudget, TokenBudget
 from .stagnation import Stagnation
@@ -41,6 +42,7 @@ __all__ = [
     "RepeatedCall",
     "RepeatedInstruction",
     "RestatedReply",
+    "RevisitedPage",
     "Semantic",
     "SemanticUnavailable",
     "SpendVelocity",
@@ -59,7 +61,7 @@ __all__ = [
 RUN_ORDER: Final = (
     "repeated_call", "cycle", "error_loop", "no_progress", "stagnation", "chanting",
     "recursion", "iteration_cap", "spend_velocity", "ping_pong", "repeated_instruction",
-    "futility", "restated_reply",
+    "revisited_page", "futility", "restated_reply",
     "frequency", "name_cycle", "semantic", "token_budget", "cost_budget", "time_budget",
 )  # fmt: skip
 

@@ -11,22 +11,26 @@ scan and the runtime guard agree.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Final, Protocol, TypeVar, final
 
 from mypy_extensions import mypyc_attr
 
-from ..events import Event
+from ..events import SAME_PAGE, Event, page_address, sketch_similarity
 from ..findings import Finding, Severity
-from ..state import CallRecord, RunState
-from ..text import preview
+from ..state import CallRecord, Record, RunState
+from ..text import fingerprint, preview
 
 __all__ = [
     "Context",
     "Detector",
     "DetectorSet",
+    "Showing",
+    "dump_pages",
+    "load_pages",
     "note_novelty",
     "preview",
     "severity_for",
+    "show_page",
     "trim",
 ]
 
@@ -208,3 +212,66 @@ def note_novelty(slot: Marked, ctx: Context) -> bool:
         slot.mark += 1
         return True
     return False
+
+
+_ADDRESSES_MAX: Final = 8  # addresses whose pages a detector keeps (LRU)
+_SHOWN_MAX: Final = 8  # distinct pages kept per address (a scrolled page's screens)
+_SHOWINGS_MAX: Final = 8  # steps kept per page
+
+
+@final
+class Showing(Record):
+    """One page an address showed: its sketch, how often, and when (the last few)."""
+
+    __slots__ = ("count", "sketch", "steps")
+
+    def __init__(self, sketch: list[int], step: int) -> None:
+        self.sketch = sketch
+        self.count = 1
+        self.steps = [step]
+
+
+def show_page(pages: dict[str, list[Showing]], event: Event, step: int) -> Showing | None:
+    """Note that a result shows a page, in a detector's ``pages`` (address
+    fingerprint -> the distinct pages it showed, LRU, 8 x 8); return the page's
+    record (``count`` 1 when it is new), or None when the result is no page.
+
+    A page is a recorded result that names an address near its start
+    (:func:`~loopwatch.events.page_address`) and has words enough to sketch; two
+    showings of one address are the same page when their sketches overlap by
+    :data:`~loopwatch.events.SAME_PAGE` (another OCR or scroll percentage of an
+    unchanged page is the same; another screen of a scrolled page is not).
+    """
+    if not event.text_known:
+        return None
+    address = page_address(event.text)
+    if address is None:
+        return None
+    sketch = event.sketch
+    if sketch is None:
+        return None
+    key = fingerprint(address)
+    shown = pages.pop(key, None) or []
+    pages[key] = shown  # most recently shown last
+    if len(pages) > _ADDRESSES_MAX:
+        del pages[next(iter(pages))]
+    for page in shown:
+        if sketch_similarity(page.sketch, sketch) >= SAME_PAGE:
+            page.count += 1
+            page.steps.append(step)
+            trim(page.steps, _SHOWINGS_MAX)
+            return page
+    page = Showing(sketch, step)
+    shown.append(page)
+    trim(shown, _SHOWN_MAX)
+    return page
+
+
+def dump_pages(pages: dict[str, list[Showing]]) -> Any:
+    """``pages`` (see :func:`show_page`) as JSON values."""
+    return {key: [page.dump() for page in shown] for key, shown in pages.items()}
+
+
+def load_pages(data: Any) -> dict[str, list[Showing]]:
+    """``pages`` back from :func:`dump_pages`."""
+    return {key: [Showing.load(page) for page in shown] for key, shown in data.items()}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import final
 
-from ..events import TOOL_CALL, TOOL_RESULT, USER, is_noop_command, shell_command
+from ..events import TOOL_CALL, TOOL_RESULT, USER, is_noop_command
 from ..findings import Finding, Severity
 from ..state import CallRecord, DetectorState
 from ..text import contentless, negative
@@ -109,7 +109,7 @@ class Futility(Detector):
         ev = ctx.event
         kind = ev.kind
         if kind == TOOL_CALL:
-            command = shell_command(ev.args)
+            command = ev.command
             if command is not None and is_noop_command(command):
                 st.noops.append(ctx.step)
                 trim(st.noops, _NOOPS_MAX)

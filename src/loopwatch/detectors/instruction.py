@@ -5,42 +5,32 @@ from __future__ import annotations
 
 from typing import Any, Final, final
 
-from ..events import MODEL, TOOL_RESULT, USER, page_sketch, sketch_similarity
+from ..events import (
+    MODEL,
+    TOOL_RESULT,
+    USER,
+)
 from ..findings import Finding, Severity
 from ..state import DetectorState, Record, dump_map, load_map
 from ..text import fingerprint, request_overlap, request_words
-from .base import Context, Detector, preview, severity_for, trim
+from .base import (
+    Context,
+    Detector,
+    Showing,
+    dump_pages,
+    load_pages,
+    preview,
+    severity_for,
+    show_page,
+    trim,
+)
 
 __all__ = ["RepeatedInstruction"]
 
 _THREADS_MAX: Final = 8  # sender -> recipient threads tracked per run (LRU)
 _RECENT: Final = 4  # instructions of a thread a new one is compared with
-_PAGES_MAX: Final = 8  # addresses whose pages are kept (LRU)
-_SHOWN_MAX: Final = 8  # distinct pages kept per address (a scrolled page's screens)
 _STEPS_MAX: Final = 8
 _TEXT_CHARS: Final = 400  # an instruction shows in its first sentences; bounds state
-# A page is a result with an address (``://``) in its first 400 characters, as browser
-# tools echo the URL they show; two showings of one address whose word sets overlap
-# 0.75 or more are the same page (the bar RepeatedCall measured for re-clicks of an
-# unchanged page, OCR'd differently: 0.79-0.86 in the corpus).
-_ADDRESS_WITHIN: Final = 400
-_SAME_PAGE: Final = 0.75
-_ADDRESS_END: Final = frozenset(" \t\r\n)]>\"'")
-
-
-def _address(text: str) -> str | None:
-    """The first address a result shows near its start (``scheme://...``), or None."""
-    at = text.find("://", 0, _ADDRESS_WITHIN)
-    if at < 0:
-        return None
-    start = at
-    while start > 0 and text[start - 1].isalpha():
-        start -= 1
-    end = at + 3
-    limit = min(len(text), end + 300)
-    while end < limit and text[end] not in _ADDRESS_END:
-        end += 1
-    return text[start:end]
 
 
 @final
@@ -67,16 +57,16 @@ class InstructionState(DetectorState):
     def __init__(self) -> None:
         self.news = 0
         self.threads: dict[str, Thread] = {}  # LRU, at most 8
-        # address fingerprint -> sketches of the distinct pages it showed (LRU, 8 x 4)
-        self.pages: dict[str, list[list[int]]] = {}
+        self.pages: dict[str, list[Showing]] = {}  # see base.show_page
 
     def dump(self) -> Any:
-        return [self.news, self.pages, dump_map(self.threads)]
+        return [self.news, dump_pages(self.pages), dump_map(self.threads)]
 
     @classmethod
     def load(cls, data: Any) -> InstructionState:
         st = cls()
-        st.news, st.pages, threads = data
+        st.news, pages, threads = data
+        st.pages = load_pages(pages)
         st.threads = load_map(Thread, threads)
         return st
 
@@ -145,30 +135,11 @@ class RepeatedInstruction(Detector):
     @staticmethod
     def _new_result(ctx: Context, st: InstructionState) -> bool:
         """Whether a tool result brings something new: not seen recently (the run's
-        shared fingerprints), and, for a page, not the page its address last showed."""
+        shared fingerprints), and, for a page, not a page its address already showed."""
         if not ctx.novel:
             return False
-        ev = ctx.event
-        if not ev.text_known:
-            return True  # unknown is not the same
-        text = ev.text
-        address = _address(text)
-        if address is None:
-            return True
-        sketch = page_sketch(text)
-        if sketch is None:
-            return True
-        pages = st.pages
-        key = fingerprint(address)
-        shown = pages.pop(key, None) or []
-        new = all(sketch_similarity(old, sketch) < _SAME_PAGE for old in shown)
-        if new:
-            shown.append(sketch)
-            trim(shown, _SHOWN_MAX)
-        pages[key] = shown
-        if len(pages) > _PAGES_MAX:
-            del pages[next(iter(pages))]
-        return new
+        page = show_page(st.pages, ctx.event, ctx.step)
+        return page is None or page.count == 1
 
     @staticmethod
     def _reply(st: InstructionState, agent: str, text: str | None) -> None:

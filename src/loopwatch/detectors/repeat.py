@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, final
 
-from ..events import TOOL_CALL, TOOL_RESULT, page_sketch, sketch_similarity
+from ..events import TOOL_CALL, TOOL_RESULT, sketch_similarity
 from ..findings import Finding, Severity
 from ..state import CallRecord, KeyedState, Record, StateError
 from .base import Context, Detector, severity_for, trim
@@ -222,7 +222,7 @@ class RepeatedCall(Detector):
             # can be compared (see _EAGER_SKETCH_CHARS)
             text = ctx.event.text
             entry.sketch = (
-                page_sketch(text)
+                ctx.event.sketch
                 if len(text) >= _EAGER_SKETCH_CHARS and "://" in text[:_ADDRESS_WITHIN]
                 else None
             )
@@ -232,7 +232,7 @@ class RepeatedCall(Detector):
             return  # nothing to compare: no evidence of progress either
         if result == previous and entry.sketch is not None:
             return
-        sketch = page_sketch(ctx.event.text)
+        sketch = ctx.event.sketch
         previous_sketch, entry.sketch = entry.sketch, sketch
         if result == previous:
             return
