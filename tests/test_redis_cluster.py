@@ -19,7 +19,8 @@ from redis_cluster import RedisCluster, cluster_fixture  # noqa: F401 - a fixtur
 from redis_server import RedisServer, free_port, prefix_fixture  # noqa: F401 - a fixture
 
 from loopwatch import Config, Guard
-from loopwatch.findings import StoreUnavailable, Verdict
+from loopwatch.errors import StoreUnavailable
+from loopwatch.findings import Verdict
 from loopwatch.stores import store_from_url
 from loopwatch.stores.redis import RedisStore
 

@@ -18,7 +18,7 @@ from redis_server import (  # noqa: F401 - imported fixtures are registered by p
 )
 
 from loopwatch import Config, Guard
-from loopwatch.findings import StoreUnavailable
+from loopwatch.errors import StoreUnavailable
 from loopwatch.stores.redis import RedisStore
 
 TIMEOUT = 0.3

@@ -22,7 +22,8 @@ from redis_server import (  # noqa: F401 - imported fixtures are registered by p
 
 from loopwatch import Config, Guard
 from loopwatch.engine import new_state
-from loopwatch.findings import StoreUnavailable, Verdict
+from loopwatch.errors import StoreUnavailable
+from loopwatch.findings import Verdict
 from loopwatch.state import RunState
 from loopwatch.stores import store_from_url
 from loopwatch.stores.redis import CAS_SCRIPT, RedisStore

@@ -16,7 +16,8 @@ from conftest import load_scenarios, meets_expectation
 
 from loopwatch import Config, Guard
 from loopwatch.engine import new_state
-from loopwatch.findings import StoreUnavailable, Verdict
+from loopwatch.errors import StoreUnavailable
+from loopwatch.findings import Verdict
 from loopwatch.stores import store_from_url
 from loopwatch.stores.sqlite import SqliteStore, default_state_path
 
