@@ -49,10 +49,10 @@ def test_the_build_loaded_is_the_one_asked_for() -> None:
         # would leave the compiled build untested.
         assert loopwatch.compiled, "CI must test the compiled build (pip install -e . compiles)"
     assert ("compiled" in _build.describe()) == loopwatch.compiled
-    # events.py picks its character scan by how it runs: compiled, and only then
-    from loopwatch import events
+    # fingerprints.py picks its character scan by how it runs: compiled, and only then
+    from loopwatch import fingerprints
 
-    assert loopwatch.compiled is events._SCAN_CHARACTERS
+    assert loopwatch.compiled is fingerprints._SCAN_CHARACTERS
 
 
 @compiled_only

@@ -12,7 +12,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from loopwatch import Event
-from loopwatch.events import mask_volatile, normalise_text
+from loopwatch.fingerprints import mask_volatile, normalise_text
 
 
 def call(name: str, args: object) -> Event:
@@ -143,7 +143,7 @@ def test_lone_surrogates_from_python_callers_do_not_crash() -> None:
                                  "3f2a9c1e-1111-4a5b-9c3d-0123456789ab", "deadbeefcafe12345678",
                                  "page", "42", "\\n", "  "]), max_size=12))  # fmt: skip
 def test_token_masking_equals_masking_the_whole_text(parts: list[str]) -> None:
-    from loopwatch.events import fold_and_mask
+    from loopwatch.fingerprints import fold_and_mask
 
     text = " ".join(parts)
     assert fold_and_mask(text) == " ".join(mask_volatile(text).split())
@@ -203,7 +203,7 @@ _NO_DIGIT_IDS = st.tuples(
 @example('10:00:07 2024-01-02 deadbeefcafe12345678 {"id":"abcdef"} "D681PevKs" x_ab12cd34ef')
 @example("logs/2024-01-02/req_abcdefgh.txt a/deadbeefcafe12345678/b src/m3_test.py/")
 def test_a_token_the_prefilter_skips_has_nothing_to_mask(text: str) -> None:
-    from loopwatch.events import _masked
+    from loopwatch.fingerprints import _masked
 
     for tok in text.split():
         assert _masked([tok]) == [mask_volatile(tok)]  # skipped or not, the same tokens
@@ -226,7 +226,7 @@ def test_the_character_classes_try_the_tokens_the_string_tests_try(text: str) ->
     """The compiled build tests an ASCII token by the classes of its characters
     (_may_hold_by_class), the pure build by string tests (_may_hold_volatile): the
     same tokens are tried, and the tokens left alone have nothing to mask."""
-    from loopwatch.events import _mask_token, _may_hold_by_class, _may_hold_volatile
+    from loopwatch.fingerprints import _mask_token, _may_hold_by_class, _may_hold_volatile
 
     for tok in text.split() + text.split("/"):
         tried = _may_hold_by_class(tok)
@@ -242,7 +242,7 @@ def test_the_character_classes_try_the_tokens_the_string_tests_try(text: str) ->
     | st.text(max_size=30)
 )
 def test_normalised_text_is_the_sorted_regex_words_without_stop_words(text: str) -> None:
-    from loopwatch.events import _STOPWORDS, fold_and_mask
+    from loopwatch.fingerprints import _STOPWORDS, fold_and_mask
 
     folded = fold_and_mask(text) if len(text) >= 8 else text
     words = sorted(w for w in re.findall(r"[^\W_]+", folded.lower()) if w not in _STOPWORDS)
@@ -299,13 +299,13 @@ def _reference_sketch(text: str) -> list[int] | None:
 
 @given(_WORDY | st.text(alphabet=st.characters(max_codepoint=0x7F)) | st.text())
 def test_the_sketch_reads_the_same_words_on_the_ascii_fast_path(text: str) -> None:
-    from loopwatch.events import page_sketch
+    from loopwatch.fingerprints import page_sketch
 
     assert page_sketch(text) == _reference_sketch(text)
 
 
 def test_the_sketch_splits_ascii_words_at_control_characters_and_underscores() -> None:
-    from loopwatch.events import page_sketch
+    from loopwatch.fingerprints import page_sketch
 
     for sep in ("\x00", "\x7f", "_", "\x1b", "-", "\u2014"):
         text = sep.join(f"Word{i}" for i in range(30))

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from runs import Events, model, run, tool
 
 from loopwatch import Config, Futility, Report, scan
-from loopwatch.events import Event, is_noop_command, outcome_signature, shell_command
+from loopwatch.events import Event
+from loopwatch.fingerprints import is_noop_command, outcome_signature, shell_command
 
 
 def only(events: Events, **kw: int) -> Report:

@@ -76,7 +76,8 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_imports() -> None:
     edges = graph()
-    assert "loopwatch.events" in edges["loopwatch.text"]
+    assert "loopwatch.fingerprints" in edges["loopwatch.text"]
+    assert "loopwatch.fingerprints" in edges["loopwatch.events"]
     assert "loopwatch.detectors.base" in edges["loopwatch.detectors.futility"]
     assert "loopwatch.hooks.commands" in edges["loopwatch.cli"]  # inside a function
     assert "loopwatch.findings" in edges["loopwatch.errors"]  # under TYPE_CHECKING

@@ -11,7 +11,8 @@ import pytest
 from runs import Events, model, run, tool
 
 from loopwatch import Config, Guard, RestatedReply, scan
-from loopwatch.events import Event, is_reflection, looks_like_error
+from loopwatch.events import Event
+from loopwatch.fingerprints import is_reflection, looks_like_error
 from loopwatch.text import negative, specifics
 
 

@@ -27,6 +27,7 @@ __all__ = ["COMPILED", "compiled", "describe", "force_pure", "pure_requested"]
 # The hot path: event intake and fingerprints, run state, the engine, the policy and
 # the default detectors' per-event update. setup.py compiles exactly these.
 COMPILED: tuple[str, ...] = (
+    "loopwatch.fingerprints",
     "loopwatch.events",
     "loopwatch.redact",
     "loopwatch.text",
