@@ -52,7 +52,7 @@ $(CREWAI_STAMP): pyproject.toml Makefile
 
 # The hot path is compiled (mypyc, setup.py) by `pip install -e`: the stamp depends
 # on its sources, so an edited source is rebuilt before the tests run, never shadowed
-# by an older compiled module (tests/test_build.py checks that too).
+# by an older compiled module (tests/core/test_build.py checks that too).
 COMPILED_SOURCES := $(wildcard src/loopwatch/*.py src/loopwatch/detectors/*.py)
 
 $(STAMP): pyproject.toml setup.py $(COMPILED_SOURCES)
@@ -86,23 +86,24 @@ services:
 
 # The tests that pin detection (scenarios, detectors, parity, state, turns, unknown
 # values, guard, scan) run a second time on the pure-Python fallback, which is what
-# a machine without a compiler installs; tests/test_build.py compares both builds.
-PURE_TESTS := tests/test_conformance.py tests/test_detectors.py tests/test_parity.py \
-	tests/test_state.py tests/test_turns.py tests/test_unknown.py tests/test_futility.py \
-	tests/test_handoff.py tests/test_spend.py tests/test_events.py tests/test_guard.py \
-	tests/test_scan.py tests/test_config.py tests/test_public_api.py tests/test_build.py \
-	tests/test_kinds.py tests/test_no_silent_ok.py
+# a machine without a compiler installs; tests/core/test_build.py compares both builds.
+PURE_TESTS := tests/detectors/test_conformance.py tests/detectors/test_detectors.py \
+	tests/core/test_parity.py tests/core/test_state.py tests/detectors/test_turns.py \
+	tests/core/test_unknown.py tests/detectors/test_futility.py tests/detectors/test_handoff.py \
+	tests/detectors/test_spend.py tests/core/test_events.py tests/core/test_guard.py \
+	tests/core/test_scan.py tests/core/test_config.py tests/core/test_public_api.py \
+	tests/core/test_build.py tests/detectors/test_kinds.py tests/core/test_no_silent_ok.py
 
 # The site is built with --strict: a broken link, a page missing from the nav or a
-# docstring the API reference cannot read fails it. Its snippets run in tests/test_docs.py.
+# docstring the API reference cannot read fails it. Its snippets run in tests/core/test_docs.py.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 test: lint services $(SEMANTIC_STAMP) docs
 	$(BIN)/python -m pytest
 	LOOPWATCH_PURE=1 $(BIN)/python -m pytest $(PURE_TESTS)
-	$(ADK_VENV)/bin/python -m pytest tests/test_integration_google_adk.py
-	$(CREWAI_VENV)/bin/python -m pytest tests/test_integration_crewai.py
+	$(ADK_VENV)/bin/python -m pytest tests/integrations/test_integration_google_adk.py
+	$(CREWAI_VENV)/bin/python -m pytest tests/integrations/test_integration_crewai.py
 
 # Benchmarks print numbers; none of them is part of `make test`.
 bench: $(STAMP)

@@ -4,7 +4,7 @@
 from ``loopwatch.config``: every top-level key and every detector's section with its
 default, the values it accepts (the same tables ``Config.validate`` judges with) and
 what it means. A key or a detector parameter without a description here fails the
-build (``mkdocs build --strict`` and tests/test_docs.py), so the reference cannot fall
+build (``mkdocs build --strict`` and tests/core/test_docs.py), so the reference cannot fall
 behind the schema.
 """
 

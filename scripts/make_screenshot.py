@@ -2,7 +2,7 @@
 
 The README and the docs' home page show it. It is the real table, rendered by the
 command line's own code into a rich console that records it; rerun this script when
-the scan's output changes (tests/test_docs.py fails until the picture matches):
+the scan's output changes (tests/core/test_docs.py fails until the picture matches):
 
     .venv/bin/python scripts/make_screenshot.py
 """

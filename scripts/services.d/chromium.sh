@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium for the HTML report's browser tests (tests/test_report_browser.py).
+# Headless Chromium for the HTML report's browser tests (tests/core/test_report_browser.py).
 # Installs Debian's `chromium` when /usr/bin/chromium is missing: idempotent, and quiet
 # unless something fails (then apt's output is shown). `apt-get update` runs only when
 # apt does not know the package yet.

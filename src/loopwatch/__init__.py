@@ -40,8 +40,9 @@ from .detectors import (
     TokenBudget,
     default_detectors,
 )
+from .errors import LoopDetected, StoreUnavailable
 from .events import Event
-from .findings import Action, Finding, LoopDetected, Severity, StoreUnavailable, Verdict
+from .findings import Action, Finding, Severity, Verdict
 from .guard import Guard
 from .integrations.decorator import current_run, watch
 from .scan import Report, Scanner, scan

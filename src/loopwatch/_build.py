@@ -3,7 +3,7 @@
 The modules in :data:`COMPILED` are plain, mypy-strict Python. ``pip install``
 compiles them with mypyc where it can (setup.py) and installs them as they are
 where it cannot; the two builds give the same findings, verdicts, scores and
-serialised state (tests/test_build.py feeds both the same streams).
+serialised state (tests/core/test_build.py feeds both the same streams).
 
 ``LOOPWATCH_PURE=1`` in the environment loads the pure-Python modules even when
 compiled ones are installed (the test suite runs its core tests both ways; it is
@@ -27,6 +27,7 @@ __all__ = ["COMPILED", "compiled", "describe", "force_pure", "pure_requested"]
 # The hot path: event intake and fingerprints, run state, the engine, the policy and
 # the default detectors' per-event update. setup.py compiles exactly these.
 COMPILED: tuple[str, ...] = (
+    "loopwatch.fingerprints",
     "loopwatch.events",
     "loopwatch.redact",
     "loopwatch.text",

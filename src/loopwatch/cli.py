@@ -135,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     p_demo.add_argument("--config", metavar="FILE", help="a loopwatch.toml or pyproject.toml")
     p_demo.set_defaults(func=_cmd_demo)
 
-    from .hooks.install import add_parsers  # hook, install, uninstall, doctor
+    from .hooks.commands import add_parsers  # hook, install, uninstall, doctor
 
     add_parsers(sub)
     return parser

@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
-from .events import normalise_text
 from .extras import missing as missing_modules
+from .fingerprints import normalise_text
 from .text import lexical_verdict, looks_like_code, word_set
 
 __all__ = [

@@ -17,17 +17,9 @@ from typing import Final
 from mypy_extensions import mypyc_attr
 
 from .detectors.base import Context, Detector
-from .events import (
-    KINDS,
-    MODEL,
-    TOOL_CALL,
-    TOOL_RESULT,
-    USER,
-    Event,
-    is_reflection,
-    reflection_tool,
-)
+from .events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER, Event
 from .findings import Finding, Severity
+from .fingerprints import is_reflection, reflection_tool
 from .redact import compile_patterns, redact, redact_extra
 from .state import CallRecord, RunState
 from .text import args_text, fingerprint, negative, preview, specifics

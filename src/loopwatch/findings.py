@@ -6,9 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from .errors import LoopDetected, StoreUnavailable
-
-__all__ = ["Action", "Finding", "LoopDetected", "Severity", "StoreUnavailable", "Verdict"]
+__all__ = ["Action", "Finding", "Severity", "Verdict"]
 
 
 class Severity(str, Enum):

@@ -22,8 +22,9 @@ from mypy_extensions import mypyc_attr
 from .config import Config
 from .detectors import Detector
 from .engine import Engine, new_state
+from .errors import StoreUnavailable
 from .events import KINDS, Event
-from .findings import Action, StoreUnavailable, Verdict
+from .findings import Action, Verdict
 from .policy import Policy, Step
 from .redact import redact
 from .stores import SCHEMES, Store, scheme_of, store_from_url

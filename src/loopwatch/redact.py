@@ -25,7 +25,7 @@ compiled build that is one pass of a small automaton over the characters (about
 0.1 us for an 80-character preview); the pure-Python build tests each trigger in
 the lower-cased text. Only a text with a trigger (about 4 in 100 recorded tool
 calls) pays for the rules. Every rule's match contains one of its triggers, at or
-before the secret it covers (tests/test_redact.py holds the rules to that).
+before the secret it covers (tests/core/test_redact.py holds the rules to that).
 """
 
 from __future__ import annotations

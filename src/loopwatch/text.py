@@ -2,7 +2,7 @@
 
 One place for what several detectors ask of a text, so that "a word", "the same
 words" and "an empty result" mean the same thing everywhere. Masking of volatile
-values and the call/result fingerprints live with the event model (events.py).
+values and the normal forms of calls and results live in fingerprints.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import xxhash
 
-from .events import mask_volatile, maybe_json, normalise_text
+from .fingerprints import mask_volatile, maybe_json, normalise_text
 from .redact import MARGIN, redact_prefix
 
 __all__ = [

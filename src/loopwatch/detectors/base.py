@@ -15,8 +15,9 @@ from typing import Any, ClassVar, Final, Protocol, TypeVar, final
 
 from mypy_extensions import mypyc_attr
 
-from ..events import SAME_PAGE, Event, page_address, sketch_similarity
+from ..events import Event
 from ..findings import Finding, Severity
+from ..fingerprints import SAME_PAGE, page_address, sketch_similarity
 from ..state import CallRecord, Record, RunState
 from ..text import fingerprint, preview
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import final
 
-from ..events import TOOL_CALL, TOOL_RESULT, USER, is_noop_command
+from ..events import TOOL_CALL, TOOL_RESULT, USER
 from ..findings import Finding, Severity
+from ..fingerprints import is_noop_command
 from ..state import CallRecord, DetectorState
 from ..text import contentless, negative
 from .base import Context, Detector, severity_for, trim

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import final
 
-from ..events import SPAN, normalise_text
+from ..events import SPAN
 from ..findings import Finding
+from ..fingerprints import normalise_text
 from ..state import KeyedState, Record
 from ..text import fingerprint
 from .base import Context, Detector, preview, severity_for

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, final
 
-from ..events import TOOL_CALL, TOOL_RESULT, sketch_similarity
+from ..events import TOOL_CALL, TOOL_RESULT
 from ..findings import Finding, Severity
+from ..fingerprints import sketch_similarity
 from ..state import CallRecord, KeyedState, Record, StateError
 from .base import Context, Detector, severity_for, trim
 
@@ -92,7 +93,7 @@ class RepeatedCall(Detector):
 
     "The same result" is the same text with volatile values masked (for an error,
     the same error signature), or, for results of 20 words or more, a word-set
-    overlap of 0.75 or more (:func:`~loopwatch.events.page_sketch`: a page re-read
+    overlap of 0.75 or more (:func:`~loopwatch.fingerprints.page_sketch`: a page re-read
     whose rendering differs slightly is not news). A sketch costs 10-40 us, so it is
     made from the first result on only for pages (800+ characters with an address
     near the start), and otherwise once the call repeats.

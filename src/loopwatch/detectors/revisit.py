@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Final, final
 
-from ..events import TOOL_CALL, TOOL_RESULT, USER, page_address
+from ..events import TOOL_CALL, TOOL_RESULT, USER
 from ..findings import Finding, Severity
+from ..fingerprints import page_address
 from ..state import DetectorState
 from .base import (
     Context,

@@ -27,7 +27,6 @@ event list, the ``hooks`` object, a settings file and its folder left empty.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -40,7 +39,6 @@ from typing import Any
 from . import AGENTS
 
 __all__ = [
-    "add_parsers",
     "hook_command",
     "install",
     "project_root",
@@ -294,85 +292,3 @@ def uninstall(agent: str, path: Path) -> list[str]:
         _remove(path)
         changes.append(f"removed {path.name}, left empty")
     return changes
-
-
-_NOTES = {
-    "codex": "Codex runs hooks only with `hooks = true` under [features] in its config.toml, "
-    "and a project's hooks only in a trusted project.",
-    "gemini-cli": "Gemini CLI runs a project's hooks only in a trusted folder.",
-    "copilot-cli": "Copilot CLI loads a repository's hooks only in a trusted folder "
-    "(--trust-folder, or when it asks).",
-}
-
-
-def add_parsers(sub: Any) -> None:
-    """The ``hook``, ``install``, ``uninstall`` and ``doctor`` subcommands."""
-    p_hook = sub.add_parser("hook", help="answer one coding-agent hook call (payload on stdin)")
-    p_hook.add_argument("agent", choices=AGENTS)
-    p_hook.add_argument("event", nargs="?", default="", help=argparse.SUPPRESS)
-    p_hook.set_defaults(func=_cmd_hook, config_free=True)
-    for name, helptext in (
-        ("install", "add loopwatch's hooks to a coding agent's settings"),
-        ("uninstall", "remove loopwatch's hooks from a coding agent's settings"),
-    ):
-        p = sub.add_parser(name, help=helptext)
-        p.add_argument("agent", choices=AGENTS)
-        scope = p.add_mutually_exclusive_group()
-        scope.add_argument(
-            "--project", dest="scope", action="store_const", const="project",
-            help="this project's settings, at the root of its git repository (the default)",
-        )  # fmt: skip
-        scope.add_argument(
-            "--user", dest="scope", action="store_const", const="user",
-            help="your user settings (every project)",
-        )  # fmt: skip
-        p.set_defaults(
-            func=_cmd_install if name == "install" else _cmd_uninstall, scope=None,
-            config_free=True,
-        )  # fmt: skip
-    p_doc = sub.add_parser(
-        "doctor", help="show whether the coding-agent hooks are installed and working"
-    )
-    p_doc.add_argument("--json", action="store_true", help="one JSON object")
-    p_doc.add_argument("--calls", type=int, default=5, metavar="N", help="last hook calls shown")
-    p_doc.set_defaults(func=_cmd_doctor, config_free=True)
-
-
-def _cmd_hook(args: argparse.Namespace, config: Any) -> int:
-    from ._dispatch import main
-
-    return main([args.agent, *([args.event] if args.event else [])])
-
-
-def _cmd_doctor(args: argparse.Namespace, config: Any) -> int:
-    from .doctor import run
-
-    return run(as_json=args.json, calls=args.calls)
-
-
-def _cmd_install(args: argparse.Namespace, config: Any) -> int:
-    return _edit(args, install)
-
-
-def _cmd_uninstall(args: argparse.Namespace, config: Any) -> int:
-    return _edit(args, uninstall)
-
-
-def _edit(args: argparse.Namespace, action: Any) -> int:
-    scope = args.scope or "project"
-    path = settings_path(args.agent, scope)
-    try:
-        changes = action(args.agent, path, scope) if action is install else action(args.agent, path)
-    except (OSError, ValueError) as exc:
-        print(f"loopwatch {args.command}: {path}: {exc}", file=sys.stderr)
-        return 2
-    if not changes:
-        print(f"{path}: nothing to change")
-        return 0
-    for change in changes:
-        print(f"{path}: {change}")
-    if action is install:
-        print(f"hook command: {hook_command(args.agent, scope)}")
-        if args.agent in _NOTES:
-            print(_NOTES[args.agent])
-    return 0

@@ -14,8 +14,9 @@ from typing import Any, Final
 
 import orjson
 
+from ..errors import StoreUnavailable
 from ..extras import missing_extra
-from ..findings import Action, StoreUnavailable, Verdict
+from ..findings import Action, Verdict
 from ..guard import Guard
 from ..policy import NOT_RUN, STOPPED
 

@@ -69,7 +69,8 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
     raise missing_extra(_exc, "autogen", "AutoGen AgentChat (autogen-agentchat)") from _exc
 
-from ..findings import Action, LoopDetected, Verdict
+from ..errors import LoopDetected
+from ..findings import Action, Verdict
 from ..guard import Guard
 from ._common import NOT_RUN, STOPPED, PendingWarnings, aobserve_safely, content_text, make_guard
 

@@ -57,7 +57,8 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
         _exc, "claude-agent-sdk", "the Claude Agent SDK (claude-agent-sdk)"
     ) from _exc
 
-from ..findings import Action, LoopDetected, Verdict
+from ..errors import LoopDetected
+from ..findings import Action, Verdict
 from ..guard import Guard
 from ._common import (
     NOT_RUN,

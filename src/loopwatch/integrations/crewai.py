@@ -65,7 +65,8 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
     raise missing_extra(_exc, "crewai", "CrewAI (crewai)") from _exc
 
-from ..findings import Action, LoopDetected, Verdict
+from ..errors import LoopDetected
+from ..findings import Action, Verdict
 from ..guard import Guard
 from ._common import (
     NOT_RUN,

@@ -24,7 +24,8 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
     raise missing_extra(_exc, "langchain", "LangChain (langchain-core)") from _exc
 
-from ..findings import Action, LoopDetected, Verdict
+from ..errors import LoopDetected
+from ..findings import Action, Verdict
 from ..guard import Guard
 from ._common import (
     content_text,

@@ -51,7 +51,8 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
     raise missing_extra(_exc, "openai-agents", "the OpenAI Agents SDK (openai-agents)") from _exc
 
-from ..findings import Action, LoopDetected, Verdict
+from ..errors import LoopDetected
+from ..findings import Action, Verdict
 from ..guard import Guard
 from ._common import NOT_RUN, PendingWarnings, aobserve_safely, content_text, make_guard
 

@@ -47,7 +47,8 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
     raise missing_extra(_exc, "pydantic-ai", "Pydantic AI (pydantic-ai-slim)") from _exc
 
-from ..findings import Action, LoopDetected, Verdict
+from ..errors import LoopDetected
+from ..findings import Action, Verdict
 from ..guard import Guard
 from ._common import NOT_RUN, PendingWarnings, aobserve_safely, content_text, make_guard
 

@@ -54,7 +54,8 @@ except ModuleNotFoundError as _exc:  # the framework is an extra
 
     raise missing_extra(_exc, "smolagents", "smolagents") from _exc
 
-from ..findings import Action, LoopDetected, Verdict
+from ..errors import LoopDetected
+from ..findings import Action, Verdict
 from ..guard import Guard
 from ._common import NOT_RUN, PendingWarnings, content_text, make_guard, observe_safely
 

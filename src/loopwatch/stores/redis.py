@@ -101,8 +101,8 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..durations import parse_duration
+from ..errors import StoreUnavailable
 from ..extras import missing_extra
-from ..findings import StoreUnavailable
 from ..state import RunState, StateError
 from .base import State, Store
 

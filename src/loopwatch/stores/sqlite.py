@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from ..durations import parse_duration
-from ..findings import StoreUnavailable
+from ..errors import StoreUnavailable
 from ..state import RunState
 from .base import State, Store
 

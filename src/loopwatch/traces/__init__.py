@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 
 from .base import InputError, TraceRun, open_text
 from .columnar import COLUMNAR_SUFFIXES, is_columnar, read_columnar
-from .jsonl import parse_run, read_jsonl
+from .jsonl import parse_run
 from .sniff import FORMATS as _TEXT_FORMATS
 from .sniff import detect, read_path
 
@@ -70,6 +70,12 @@ def read_file(
         yield from read_columnar(file, columnar_runs)
     else:
         yield from read_path(file, format)
+
+
+def read_jsonl(path: str) -> Iterator[TraceRun | InputError]:
+    """Stream native runs from a file (``-`` for stdin, ``.gz`` transparently); the
+    same as ``read_runs(path, format="jsonl")``."""
+    yield from read_path(path, "jsonl")
 
 
 _TRACE_SUFFIXES = (

@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
-from ..events import maybe_json
+from ..fingerprints import maybe_json
 from .base import InputError, TraceRun
 
 __all__ = [

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from ..events import KINDS
 from .base import InputError, TraceRun
 
-__all__ = ["Understanding", "parse_run", "read_jsonl"]
+__all__ = ["Understanding", "parse_run"]
 
 # The fields FORMAT.md names on an event (section 1); ``ts`` is read by the time budget.
 _NAMED: Final = frozenset(
@@ -117,11 +117,3 @@ def parse_run(obj: Any, path: str = "", line: int | None = None) -> TraceRun | I
     meta = obj.get("meta")
     extra = {k: v for k, v in obj.items() if k not in ("run_id", "events", "meta")}
     return TraceRun(str(run_id), events, meta if isinstance(meta, dict) else {}, extra, path, line)
-
-
-def read_jsonl(path: str) -> Iterator[TraceRun | InputError]:
-    """Stream native runs from a file (``-`` for stdin, ``.gz`` transparently); the
-    same as ``read_runs(path, format="jsonl")``."""
-    from .sniff import read_path  # sniff imports this module
-
-    yield from read_path(path, "jsonl")

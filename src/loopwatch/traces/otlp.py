@@ -67,7 +67,7 @@ from typing import Any
 
 import xxhash
 
-from ..events import canonical_args
+from ..fingerprints import canonical_args
 from ._common import (
     _NOTES_MAX,
     GroupingReader,

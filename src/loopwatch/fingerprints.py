@@ -1,0 +1,729 @@
+"""Fingerprints: what makes two calls, two results or two outputs the same to a detector.
+
+Canonical JSON of tool arguments, the normal form of a text (case, spacing, word
+order, stop words), the masking of volatile values (ids, timestamps, timings), the
+outcome signature of a result, page sketches, and the conventions that say what a
+call is (a shell command line, a no-op, a reflection tool, an error written as
+text). Pure functions of values: :class:`~loopwatch.events.Event` computes its keys
+with them, once per event.
+
+Fingerprints are 64-bit xxh3 hashes rendered as 16 hex characters. They are
+stable across processes and Python versions (no built-in ``hash()`` of str,
+which is salted per process), so run state that holds them can live in Redis
+and be shared by many workers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import types
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import orjson
+import xxhash
+from mypy_extensions import i64
+
+__all__ = [
+    "DESCRIBING_KEYS",
+    "SAME_PAGE",
+    "canonical_args",
+    "fold_and_mask",
+    "is_noop_command",
+    "is_reflection",
+    "looks_like_error",
+    "mask_volatile",
+    "maybe_json",
+    "normalise_text",
+    "outcome_signature",
+    "page_address",
+    "page_sketch",
+    "reflection_tool",
+    "shell_command",
+    "sketch_similarity",
+    "tool_key",
+]
+
+_hexdigest = xxhash.xxh3_64_hexdigest
+# Text from Python callers may hold lone surrogates; hashing must not crash on them.
+_UTF8: Final = "utf-8"
+_LONE: Final = "surrogatepass"
+
+# Values that change on every call without changing what the call means or what it
+# returned: UUIDs, ISO-8601 timestamps, long hex ids (request ids, trace ids, hashes),
+# and dates. Masked in results everywhere and in arguments only in string values
+# (never numbers: page=1 and page=2 are different calls).
+#
+# Ids are recognised by their shape, not by the provider that made them, so that the
+# same run reads the same whoever served it: a prefixed random token (``call_...``,
+# ``toolu_01...``, ``msg_bdrk_01...``, ``chatcmpl-...``, ``fc_...``, ``run-...``: a
+# lowercase prefix, then 8+ letters and digits with at least one of each), the value
+# of an id key in compact JSON (``"tool_call_id":"..."``), and a quoted mixed-case
+# token of letters and digits (``"D681PevKs"``: short random ids in JSON written with
+# spaces, where the key is another token). A serialised tool message that echoes its
+# call's id must not make two identical results look different.
+#
+# Written without re.IGNORECASE, which makes the engine fold the case of every
+# character it tests: the letter classes below are what IGNORECASE made of [a-z]
+# (both cases, and the four non-ASCII letters that fold into a-z: İ ı ſ K), the
+# literal prefixes keep a scoped (?i:...), and the leading \b is tested once for
+# all alternatives. 2.5x faster (9 -> 22 MB/s of results) and the same matches:
+# tests/core/test_events.py holds it to the case-insensitive form.
+# The lowercase prefixes of provider ids: the volatile pattern, the token prefilter
+# (_ID_PREFIX) and the character-class test (_may_hold_by_class) read them from here.
+_ID_PREFIXES: Final = ("req", "request", "trace", "span", "msg", "call", "run", "toolu", "chatcmpl")
+_HEX = "[0-9a-fA-F]"
+_LETTER = "[a-zA-Z\u0130\u0131\u017f\u212a]"
+_ALNUM = "[0-9a-zA-Z\u0130\u0131\u017f\u212a]"
+_VOLATILE = re.compile(
+    r"\b(?=\w)(?:"
+    rf"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}\b"
+    r"|\d{4}-\d{2}-\d{2}(?:[Tt ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:[Zz]|[+-]\d{2}:?\d{2})?)?\b"
+    r"|\d{2}:\d{2}:\d{2}(?:\.\d+)?\b"
+    rf"|(?={_HEX}*\d)(?={_HEX}*[a-fA-F]){_HEX}{{16,}}\b"
+    # prefixed ids; the lookahead lets every other word fail at once
+    rf"|(?={_LETTER}{{2,12}}[_-])(?:(?i:{'|'.join(_ID_PREFIXES)})"
+    rf"[_-]{_ALNUM}{{6,}}\b"
+    rf"|(?:{_LETTER}{{2,12}}[_-]){{1,3}}(?={_ALNUM}*\d)(?={_ALNUM}*{_LETTER}){_ALNUM}{{8,}}\b)"
+    r")"
+    # quoted: an id key's value in compact JSON, or a mixed-case random token
+    r'|"(?:(?i:id|call_id|tool_call_id|tool_use_id)":"[\w.:-]{3,64}'
+    r'|(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[a-z])(?=[A-Za-z0-9]*[A-Z])[A-Za-z0-9]{9,40})(?=")'
+)
+# What a token holds if _VOLATILE can match in it (see _may_hold_volatile): these
+# two searches cost 0.1-0.2 us, against about 1 us for the pattern; tests/core/test_events.py
+# holds the test to the pattern.
+_DIGIT = re.compile(r"\d")
+_ID_PREFIX = re.compile(rf"(?:{'|'.join(_ID_PREFIXES)})[_-]")
+# Argument keys whose values are volatile by name (a fresh request id per retry
+# must not make two identical calls look different).
+_VOLATILE_KEYS: Final = frozenset(
+    {
+        "request_id", "requestid", "trace_id", "traceid", "span_id", "spanid",
+        "idempotency_key", "idempotencykey", "nonce", "timestamp", "ts",
+        "correlation_id", "correlationid", "call_id", "tool_call_id", "tool_use_id",
+        "toolcallid", "tooluseid",
+    }
+)  # fmt: skip
+# Words that rewording adds or drops without changing a query ("weather in paris").
+_STOPWORDS: Final = frozenset(
+    {"a", "an", "the", "in", "of", "for", "on", "to", "at", "by", "with", "and", "or", "is"}
+)
+_WORD = re.compile(r"[^\W_]+")
+_STOPWORDS_BYTES: Final = frozenset(w.encode("ascii") for w in _STOPWORDS)
+
+
+_SKETCH_SIZE: Final = 64
+_xxh32 = xxhash.xxh32_intdigest
+# Bytes: letters lower-cased, digits kept, everything else a space.
+_LOWER_WORD_BYTES: Final = bytes(
+    c + 32 if 65 <= c <= 90 else c if 48 <= c <= 57 or 97 <= c <= 122 else 32 for c in range(256)
+)
+
+
+_PAGE_CHARS: Final = 2000
+_PAGE_MIN_WORDS: Final = 12
+_PAGE_WORD_MIN: Final = 4
+
+
+def page_sketch(text: str) -> list[int] | None:
+    """A sketch of what a result shows (stable across processes): a bottom-64 MinHash
+    of the distinct words of 4+ characters in its first 2,000 characters, or None when
+    there are fewer than 12 such words. Made for comparing two results of the same
+    call (a page re-read, OCR'd differently). It neither masks volatile values (a
+    volatile token or two moves the overlap of dozens of words little) nor hashes
+    short words: 3-4x cheaper than a sketch of every masked word of 4,000
+    characters. On the corpus's Magentic-One runs it puts 31 of 41 re-clicks of an
+    unchanged page at 0.75 or more, and 1 of 33 page scrolls (the last screen of a
+    page, shown again)."""
+    head = text[:_PAGE_CHARS]
+    if head.isascii():
+        words = {
+            w
+            for w in head.encode("ascii").translate(_LOWER_WORD_BYTES).split()
+            if len(w) >= _PAGE_WORD_MIN
+        }
+        if len(words) < _PAGE_MIN_WORDS:
+            return None
+        return sorted([_xxh32(w) for w in words])[:_SKETCH_SIZE]
+    found = {w for w in _WORD.findall(head.lower()) if len(w) >= _PAGE_WORD_MIN}
+    if len(found) < _PAGE_MIN_WORDS:
+        return None
+    return sorted([_xxh32(w.encode(_UTF8, _LONE)) for w in found])[:_SKETCH_SIZE]
+
+
+# Two showings of one address whose sketches overlap this much are the same page: the
+# bar RepeatedCall measured for re-clicks of an unchanged page, OCR'd differently
+# (0.79-0.86 in the corpus; scrolled screens of one page stay below it).
+SAME_PAGE: Final = 0.75
+# Browser tools echo the address they show near the start of a result ("Here is a
+# screenshot of [title](url)", "Address: file:///...", "Page URL: ...").
+_ADDRESS_WITHIN: Final = 400
+_ADDRESS_CHARS: Final = 300
+_ADDRESS_END: Final = frozenset(" \t\r\n)]>\"'")
+
+
+def page_address(text: str) -> str | None:
+    """The address a result shows, if it names one near its start (``scheme://...``
+    in its first 400 characters), else None: what makes a result a *page* that can be
+    shown again."""
+    at = text.find("://", 0, _ADDRESS_WITHIN)
+    if at < 0:
+        return None
+    start = at
+    while start > 0 and text[start - 1].isalpha():
+        start -= 1
+    end = at + 3
+    limit = min(len(text), end + _ADDRESS_CHARS)
+    while end < limit and text[end] not in _ADDRESS_END:
+        end += 1
+    return text[start:end]
+
+
+def sketch_similarity(a: list[int], b: list[int]) -> float:
+    """Estimated Jaccard similarity of the word sets behind two sketches."""
+    sa, sb = set(a), set(b)
+    merged = sorted(sa | sb)[:_SKETCH_SIZE]
+    if not merged:
+        return 0.0
+    return sum(1 for h in merged if h in sa and h in sb) / len(merged)
+
+
+def mask_volatile(text: str) -> str:
+    """Replace volatile values (UUIDs, timestamps, long hex ids) with a placeholder."""
+    return _VOLATILE.sub("#", text)
+
+
+# Fields whose value is how long something took ("durationMs": 5, elapsed=0.3):
+# tools append them to otherwise identical results.
+_TIMING_FIELD = re.compile(r"duration|elapsed|latency|took", re.IGNORECASE)
+_FIELD_ENDS: Final = (":", "=")
+_TIMING_STEMS: Final = ("duration", "elapsed", "latency", "took")
+
+
+def fold_and_mask(text: str) -> str:
+    """Whitespace folded and volatile values masked, token by token.
+
+    Equivalent to masking then folding for the values we mask (none contains
+    spaces), but several times faster on long results: the regex runs only on the
+    few tokens that could hold a volatile value (8+ characters, not purely letters)
+    instead of at every position of the text.
+    """
+    low = text.lower()
+    if not any(stem in low for stem in _TIMING_STEMS):  # most texts: no per-token test
+        return _mask_tokens(text)
+    tokens = text.split()
+    timing = False
+    for i, tok in enumerate(tokens):
+        if timing and tok[:1].isdigit():
+            tokens[i] = "#"  # the value of a field named as a duration
+        timing = tok.endswith(_FIELD_ENDS) and _TIMING_FIELD.search(tok) is not None
+    return " ".join(_masked(tokens))
+
+
+def _mask_tokens(text: str) -> str:
+    """:func:`mask_volatile` token by token, tokens joined by one space. Every match
+    of the pattern is 8+ characters and holds a digit or one of ``-_:"``, so only
+    such tokens are tried; and no match spans whitespace except a date and a time
+    written with a space between them, which this masks as two values."""
+    return " ".join(_masked(text.split()))
+
+
+def _masked(tokens: list[str]) -> list[str]:
+    """The tokens with their volatile values masked (in place; returned)."""
+    for i, tok in enumerate(tokens):
+        if len(tok) >= 8 and _may_hold(tok):  # most tokens are short: no call for them
+            tokens[i] = _mask_token(tok)
+    return tokens
+
+
+def _may_hold(tok: str) -> bool:
+    """:func:`_may_hold_volatile`, by the classes of the characters where that is
+    faster (an ASCII token, in the compiled build)."""
+    if _SCAN_CHARACTERS and tok.isascii():
+        return _may_hold_by_class(tok)
+    return _may_hold_volatile(tok)
+
+
+# Character classes of ASCII, as bit flags: what _may_hold_volatile asks of a token
+# (letters and all other characters are 0: no rule reads them).
+_DIGIT_BIT: Final = 1
+_DASH: Final = 2
+_UNDERSCORE: Final = 4
+_QUOTE: Final = 8
+_COLON: Final = 16
+_ASCII_CLASS: Final = bytes(
+    _DIGIT_BIT if 48 <= c <= 57
+    else _DASH if c == 45
+    else _UNDERSCORE if c == 95
+    else _QUOTE if c == 34
+    else _COLON if c == 58
+    else 0
+    for c in range(128)
+)  # fmt: skip
+_SEPARATORS: Final = _DASH | _UNDERSCORE | _QUOTE | _COLON
+# The letters the id prefixes end with (lower case), tested before a separator.
+_PREFIX_ENDS: Final = frozenset(ord(p[-1]) for p in _ID_PREFIXES)
+_PREFIX_MAX: Final = max(len(p) for p in _ID_PREFIXES)
+
+
+def _may_hold_by_class(tok: str) -> bool:
+    """:func:`_may_hold_volatile` of an ASCII token, by the same steps on the classes
+    of its characters, found in one pass (the compiled build: ``ord(tok[i])``
+    compiles to a read of the string's buffer). A real tool result has about 80
+    tokens, a third of them 8+ characters long, and testing those as Python strings
+    (``isalpha``, five ``in`` tests, case folding and a regex for the id prefixes)
+    cost 0.2-0.7 us each. The pure-Python build keeps the string tests, faster
+    there; tests/core/test_events.py holds the two to the same answers."""
+    n: i64 = len(tok)
+    if n < 8:
+        return False
+    classes = _ASCII_CLASS
+    flags: i64 = 0
+    i: i64 = 0
+    while i < n:
+        flags |= classes[ord(tok[i])]
+        i += 1
+    if flags & (_QUOTE | _COLON) == _QUOTE | _COLON and '":"' in tok:
+        return True
+    if not flags & _SEPARATORS and n < 16:
+        return False
+    if flags & _DIGIT_BIT:
+        return True
+    if flags & _DASH and n >= 36:
+        return True
+    if not flags & (_DASH | _UNDERSCORE):
+        return False
+    i = 1
+    while i < n:  # an id prefix just before a separator
+        if (
+            classes[ord(tok[i])] & (_DASH | _UNDERSCORE)
+            and (ord(tok[i - 1]) | 32) in _PREFIX_ENDS  # lower-cased
+            and tok[max(0, i - _PREFIX_MAX) : i].lower().endswith(_ID_PREFIXES)
+        ):
+            return True
+        i += 1
+    return False
+
+
+def _may_hold_volatile(tok: str) -> bool:
+    """Whether the volatile-value pattern could match in a token, by what each of its
+    alternatives needs. Every match has 8+ characters, not all letters. With a digit:
+    a date ("-"), a time (":"), a hex id (16+ characters), a prefixed id ("_" or
+    "-"), a quoted token ('"'). Without one: a UUID of hex letters (36+ characters
+    with "-"), a known id prefix before its separator (``req_``, ``call-``), or an id
+    key's quoted value ('":"'). In real tool results most tokens of 8+ characters are
+    file names, paths and identifiers (``test_utils.py``) that hold none of it, and
+    the pattern costs about 1 us per call; these tests cost 0.1-0.3 us."""
+    if len(tok) < 8 or tok.isalpha():
+        return False
+    if '":"' in tok:
+        return True
+    dash = "-" in tok
+    underscore = "_" in tok
+    if not (dash or underscore or '"' in tok or ":" in tok or len(tok) >= 16):
+        return False  # both cases below need one of these: no search needed
+    if _DIGIT.search(tok) is not None:
+        return True
+    if dash and len(tok) >= 36:
+        return True
+    # casefold: the pattern's prefixes are case-insensitive, and the one non-ASCII
+    # letter that matches one of their letters (ſ, a long s) folds to it
+    return (dash or underscore) and _ID_PREFIX.search(tok.casefold()) is not None
+
+
+def _mask_token(tok: str) -> str:
+    """:func:`mask_volatile` of one token. A path is masked part by part: no match
+    holds a "/" and no part of the pattern reads across one, so the parts mask as the
+    whole does, and most parts of a path are words the pattern need not read (the
+    pattern reads a path at about 25 ns a character)."""
+    if "/" not in tok:
+        return _VOLATILE.sub("#", tok)
+    parts = tok.split("/")
+    for j, part in enumerate(parts):
+        if _may_hold(part):
+            parts[j] = _VOLATILE.sub("#", part)
+    return "/".join(parts)
+
+
+# Whether this module runs compiled (mypyc makes its functions built-in functions):
+# the character scan of _may_hold_by_class pays only there.
+_SCAN_CHARACTERS: Final = not isinstance(_may_hold_by_class, types.FunctionType)
+
+
+def normalise_text(text: str) -> str:
+    """Fold case, whitespace, punctuation, word order and stop words; mask volatile values.
+
+    Two strings with the same normal form say the same thing for our purposes:
+    "Paris weather", "weather in paris " and "PARIS WEATHER" all become
+    "paris weather".
+    """
+    if len(text) >= 8:  # no volatile value is shorter
+        text = fold_and_mask(text)
+    if text.isascii():
+        # The same words as the regex finds in the lower-cased text (runs of ASCII
+        # letters and digits), found by one bytes translate and a split: 3x faster on
+        # tool arguments (shell commands), which every call normalises.
+        raw = [
+            w
+            for w in text.encode("ascii").translate(_LOWER_WORD_BYTES).split()
+            if w not in _STOPWORDS_BYTES
+        ]
+        raw.sort()  # bytes sort as their ASCII strings do
+        return b" ".join(raw).decode("ascii")
+    words = [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+    words.sort()
+    return " ".join(words)
+
+
+# What a result says, with what changes between two runs of the same command
+# masked. Everywhere: timings ("0.41s", "took 31 ms"), the values mask_volatile
+# masks (UUIDs, timestamps, long hex) and letter-digit words of 5+ characters (temp
+# paths, hashes, ids). In errors also numbers of 3+ digits and decimals (pids, ports,
+# line numbers, addresses) and quoted spans (the command, token or path echoed
+# back): in a failure they are incidental, while in a successful output numbers can
+# be the progress itself (rows processed, a loss going down), so they stay there.
+# Small integers always stay: "1 failed, 4 passed" and "3 failed, 9 passed" differ.
+_QUOTED = re.compile(r"`[^`'\n]{0,200}['`]|'[^'\n]{0,200}'|\"[^\"\n]{0,200}\"")
+_PART = re.compile(r"[^\W_]+")
+_UNITS: Final = frozenset(
+    {"ms", "us", "µs", "ns", "s", "sec", "secs", "second", "seconds", "min", "minutes"}
+)
+_LETTERS: Final = "abcdefghijklmnopqrstuvwxyzµ"
+# An error's class and message sit at the start of a tool's output (shells, editors,
+# HTTP clients) and a Python traceback ends with them; 600 characters from each end
+# hold both, and bound the cost per result.
+_OUTCOME_CHARS: Final = 600
+
+
+def _outcome_words(text: str, error: bool) -> list[str]:
+    """The words that carry a result's meaning (see above), token by token: plain
+    words take the fast path, and only tokens with digits or punctuation are split."""
+    words: list[str] = []
+    append = words.append
+    for tok in text.lower().split():
+        if tok.isalpha():
+            if tok in _UNITS and words and words[-1].isdigit():
+                words[-1] = "#"  # "31 ms": a timing
+            elif len(tok) >= 3:
+                append(tok)
+            continue
+        if len(tok) >= 8 and _VOLATILE.search(tok):
+            append("#")
+            continue
+        decimal = error and "." in tok
+        for part in _PART.findall(tok):
+            if part.isalpha():
+                if part in _UNITS and words and words[-1].isdigit():
+                    words[-1] = "#"
+                elif len(part) >= 3:
+                    append(part)
+            elif part.isdigit():
+                append("#" if error and (decimal or len(part) >= 3) else part)
+            else:
+                digits = part.rstrip(_LETTERS)
+                if digits.isdigit() and part[len(digits) :] in _UNITS:
+                    if words and words[-1].isdigit():
+                        words.pop()  # "0.41s": the integer part belongs to the timing
+                    append("#")
+                elif len(part) >= 5 and not part.isdigit():
+                    append("#")
+                else:
+                    append(part)
+    return words
+
+
+def outcome_signature(text: str, error: bool = False) -> str:
+    """What a tool result amounts to: the same signature means the same outcome,
+    even when the words around it changed (timings, temp paths, and in errors pids,
+    line numbers, the input echoed back). Words of 1-2 letters are dropped, so a
+    clipped tail ("re" / "r") does not make two copies of one message differ."""
+    if len(text) > 2 * _OUTCOME_CHARS:
+        text = text[:_OUTCOME_CHARS] + " " + text[-_OUTCOME_CHARS:]
+    if error:
+        text = _QUOTED.sub(" # ", text)
+    digest = _hexdigest(" ".join(_outcome_words(text, error)).encode(_UTF8, _LONE))
+    return ("E" if error else "O") + digest[1:]
+
+
+# Argument names under which tools take a shell command line.
+_COMMAND_KEYS: Final = ("command", "cmd", "script", "commands")
+# Shell built-ins that do nothing: ``:`` and ``true`` ignore their arguments.
+_NOOP_PROGRAMS: Final = frozenset({":", "true"})
+
+
+def shell_command(args: Any) -> str | None:
+    """The command line a shell tool was given, or None for other tools."""
+    if type(args) is not dict:  # the common case skips the decoding and ABC checks
+        args = maybe_json(args)
+        if not isinstance(args, Mapping):
+            return None
+    if args:
+        for key in _COMMAND_KEYS:
+            value = args.get(key)
+            if isinstance(value, str):
+                return value
+            if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+                return " ".join(value)
+    return None
+
+
+def is_noop_command(command: str) -> bool:
+    """True for a command line that cannot do anything: blank, or only shell no-ops
+    (``:`` / ``true``, whose arguments are ignored) joined by ``;``/``&&``/newlines,
+    or a bare comment. A first word that merely starts with ``:`` (``:)``, ``:ls``)
+    counts too: no program has such a name, so the shell runs nothing (a syntax
+    error or "command not found"). Measured on the corpus: an agent typing garbled
+    ``:)`` commands is stopped one step after the labelled point, with no new stop on
+    a solved run that is not itself labelled a loop."""
+    head = command.lstrip()[:1]
+    if head and head not in ":t#":
+        return False  # the common case, decided without splitting the command
+    for part in re.split(r"\n|;|&&|\|\|", command):
+        words = part.split()
+        if not words or words[0].startswith("#"):
+            continue
+        first = words[0]
+        if first in _NOOP_PROGRAMS or first.startswith(":"):
+            continue
+        return False
+    return True
+
+
+# Argument keys that describe a call rather than parameterise it: the model rewords
+# them on every try ("Run the tests", "Re-run the tests to check"). Dropped from the
+# normalised call key when the call has other arguments, kept for the messages.
+DESCRIBING_KEYS: Final = frozenset(
+    {
+        "description", "reason", "reasoning", "explanation", "justification", "rationale",
+        "thought", "thoughts", "thinking", "summary", "purpose", "intent", "comment",
+        "comments", "note", "notes",
+    }
+)  # fmt: skip
+# Tools that change nothing in the world: the model thinks, plans or keeps notes
+# (tau-bench's ``think``, the MCP sequential-thinking server, Claude Code's TodoWrite,
+# Codex's update_plan, Gemini CLI's write_todos). Names compared lower-cased with
+# everything but letters and digits dropped.
+_REFLECTION_TOOLS: Final = frozenset(
+    {
+        "think", "thinking", "thought", "reflect", "reflection", "reason", "reasoning",
+        "plan", "planning", "scratchpad", "notepad", "sequentialthinking", "todowrite",
+        "todoread", "writetodos", "updateplan", "updatetodos",
+    }
+)  # fmt: skip
+# A call whose every argument is one of these is a thought, whatever the tool's name.
+_REFLECTION_ARGS: Final = frozenset({"thought", "thoughts", "thinking", "reasoning", "reflection"})
+
+
+def tool_key(name: str | None) -> str:
+    """A tool name lower-cased with everything but ASCII letters and digits dropped:
+    ``TodoWrite``, ``todo_write`` and ``todo-write`` are one tool."""
+    if not name:
+        return ""
+    return "".join(c for c in name.lower() if c.isascii() and c.isalnum())
+
+
+_REFLECTION_NAMES: dict[str, bool] = {}  # tool name -> reflection_tool(name), bounded
+
+
+def reflection_tool(name: str | None) -> bool:
+    """Whether a tool's name says it only thinks, plans or takes notes (cached)."""
+    if not name:
+        return False
+    known = _REFLECTION_NAMES.get(name)
+    if known is None:
+        if len(_REFLECTION_NAMES) >= _NORM_CACHE_MAX:
+            _REFLECTION_NAMES.clear()
+        known = _REFLECTION_NAMES[name] = tool_key(name) in _REFLECTION_TOOLS
+    return known
+
+
+def is_reflection(name: str | None, args: Any) -> bool:
+    """Whether a tool call only thinks, plans or takes notes: it changes nothing in
+    the world, so it is neither progress nor an attempt. A byte-identical call failing
+    three times with a ``think`` between each try is still three tries."""
+    if reflection_tool(name):
+        return True
+    if type(args) is not dict:
+        args = maybe_json(args)
+        if not isinstance(args, Mapping) or not args:
+            return False
+    elif not args:
+        return False
+    for key in args:  # most calls fail on their first key
+        if not isinstance(key, str) or key.lower() not in _REFLECTION_ARGS:
+            return False
+    return True
+
+
+# What a failed call's result starts with by convention when the trace carries no
+# error flag: "Error: ...", "ERROR: ...", "Exception: ...", a Python traceback, or a
+# JSON object whose "error" field holds something.
+_ERROR_TEXT: Final = re.compile(
+    r"\s*(?:(?:error|exception|fatal)(?:\s*\[[^\]\n]{0,40}\])?\s*:"
+    r"|traceback \(most recent call last\)"
+    r'|\{\s*"error"\s*:(?!\s*(?:null\b|false\b|""|\[\s*\]|\{\s*\})))',
+    re.IGNORECASE,
+)
+
+
+def looks_like_error(text: str) -> bool:
+    """Whether a result's text says the call failed, by the conventions tools follow
+    when they report failure as text (tau-bench's "Error: ...", a traceback, an
+    ``{"error": ...}`` object). Decided from the start of the text only."""
+    return _ERROR_TEXT.match(text) is not None
+
+
+def maybe_json(value: Any) -> Any:
+    """Decode a string that holds a JSON object or array (agents and trace exports
+    often stringify arguments); anything else unchanged."""
+    if isinstance(value, str):
+        s = value.strip()
+        if s[:1] in ("{", "[") and s[-1:] in ("}", "]"):
+            try:
+                return orjson.loads(s)
+            except orjson.JSONDecodeError:
+                return value
+    return value
+
+
+# Nesting deeper than this is fingerprinted instead of walked recursively: JSON
+# parsers accept 500+ levels, orjson.dumps stops at 255, and Python's own
+# recursion limit (1000 frames) is shared with the caller's stack.
+_MAX_DEPTH: Final = 64
+
+
+def _sorted_json(value: Any) -> bytes:
+    """Key-sorted JSON bytes of any value, whatever its depth, size or cycles.
+
+    orjson handles the common case in C. What it refuses (integers beyond 64 bits,
+    nesting past its limit, a cyclic structure built in Python) goes through
+    :func:`_bounded`, which replaces whatever lies deeper than :data:`_MAX_DEPTH`
+    by a fingerprint of it, so no argument value can crash the guard, and two
+    different deep values still get different bytes.
+    """
+    try:
+        return orjson.dumps(
+            value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str
+        )
+    except TypeError:
+        bounded = _bounded(value)
+        return json.dumps(bounded, sort_keys=True, default=str, separators=(",", ":")).encode()
+
+
+def _bounded(value: Any) -> Any:
+    """A copy of ``value`` that is at most :data:`_MAX_DEPTH` deep: each subtree at
+    that depth becomes the string ``"#deep:<hash>"`` of its :func:`_deep_fingerprint`,
+    and a container met again inside itself becomes ``"#cycle"``. Recursion stays
+    within :data:`_MAX_DEPTH` frames."""
+
+    def walk(v: Any, depth: int, path: frozenset[int]) -> Any:
+        if isinstance(v, (Mapping, list, tuple)):
+            if id(v) in path:
+                return "#cycle"
+            if depth >= _MAX_DEPTH:
+                return "#deep:" + _deep_fingerprint(v)
+            inner = path | {id(v)}
+            if isinstance(v, Mapping):
+                return {str(k): walk(x, depth + 1, inner) for k, x in v.items()}
+            return [walk(x, depth + 1, inner) for x in v]
+        return v
+
+    return walk(value, 0, frozenset())
+
+
+def _deep_fingerprint(value: Any) -> str:
+    """A hash of a whole nested value, computed with an explicit stack (no recursion,
+    any depth). Keys are visited in sorted order so key order does not matter, and a
+    container met again inside itself (only Python can build one) hashes as a marker
+    instead of being walked forever. Every element is visited once: nothing is skipped,
+    so different values hash differently."""
+    digest = xxhash.xxh3_64()
+    # work items: (value, ids of the containers enclosing it) or a closing token
+    stack: list[tuple[Any, frozenset[int]] | bytes] = [(value, frozenset())]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, bytes):
+            digest.update(item)
+            continue
+        v, path = item
+        if isinstance(v, (Mapping, list, tuple)):
+            if id(v) in path:
+                digest.update(b"@")
+                continue
+            inner = path | {id(v)}
+            if isinstance(v, Mapping):
+                digest.update(b"{")
+                stack.append(b"}")
+                for k, x in sorted(v.items(), key=lambda kv: str(kv[0]), reverse=True):
+                    stack.append((x, inner))
+                    stack.append(b"\x00" + str(k).encode(_UTF8, _LONE) + b":")
+            else:
+                digest.update(b"[")
+                stack.append(b"]")
+                for x in reversed(v):
+                    stack.append((x, inner))
+                    stack.append(b",")
+        else:
+            digest.update(_scalar_bytes(v))
+    return digest.hexdigest()
+
+
+def _scalar_bytes(value: Any) -> bytes:
+    """JSON bytes of a leaf (a string, a number, anything else as its ``str``)."""
+    try:
+        return orjson.dumps(value, default=str)
+    except TypeError:  # an integer beyond 64 bits
+        return str(value).encode(_UTF8, _LONE)
+
+
+def canonical_args(args: Any) -> bytes:
+    """Canonical JSON bytes of tool arguments: key order and JSON-string-vs-dict insensitive."""
+    return _sorted_json(maybe_json(args))
+
+
+def _normalise_value(value: Any, depth: int = 0, path: set[int] | None = None) -> Any:
+    """The normalised form of an argument value (strings folded, volatile keys masked).
+
+    From :data:`_MAX_DEPTH` down a subtree is kept exact, as its fingerprint: deep
+    values are compared as they are rather than walked with unbounded recursion. A
+    container inside itself (built in Python) becomes ``"#cycle"``, as in
+    :func:`_bounded`; ``path`` holds the ids of the enclosing containers.
+    """
+    if isinstance(value, str):
+        return normalise_text(value)
+    if not isinstance(value, (Mapping, list, tuple)):
+        return value
+    if path is None:
+        path = set()
+    elif id(value) in path:
+        return "#cycle"
+    if depth >= _MAX_DEPTH:
+        return "#deep:" + _deep_fingerprint(value)
+    path.add(id(value))
+    try:
+        if isinstance(value, Mapping):
+            items: Iterable[tuple[Any, Any]] = value.items()
+            if depth == 0 and len(value) > 1:
+                # Fields that describe a call (Claude Code's Bash ``description``) are
+                # rewritten by the model on every try: they must not make a repeat new.
+                kept = [(k, v) for k, v in items if str(k).lower() not in DESCRIBING_KEYS]
+                if kept:
+                    items = kept
+            return {
+                str(k).lower(): (
+                    "#"
+                    if str(k).lower() in _VOLATILE_KEYS
+                    else _normalise_value(v, depth + 1, path)
+                )
+                for k, v in items
+            }
+        return [_normalise_value(v, depth + 1, path) for v in value]
+    finally:
+        path.discard(id(value))
+
+
+# Caches of fingerprints (the reflection tool names here, an event's normalised call,
+# result and outcome keys in events.py) hold at most this many entries; cleared when full.
+_NORM_CACHE_MAX: Final = 16384

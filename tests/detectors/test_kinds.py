@@ -1,0 +1,498 @@
+"""Every kind of agent loops its own way: a support bot, a web agent under an
+orchestrator, a coding CLI, a SWE harness. What is progress for one is noise for
+another (DESIGN.md principle 9): a ``think`` call, a user who defers, a viewport
+percentage, a reworded description or "No results found." are not progress."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from runs import Events, model, run, tool
+
+from loopwatch import Config, Guard, RestatedReply, scan
+from loopwatch.events import Event
+from loopwatch.fingerprints import is_reflection, looks_like_error
+from loopwatch.text import negative, specifics
+
+
+def think(thought: str) -> Events:
+    return tool("think", {"thought": thought}, "")
+
+
+# -- what a result says, when the trace does not say it --------------------------------
+@pytest.mark.parametrize(
+    ("text", "failed"),
+    [
+        ("Error: payment amount does not add up", True),
+        ("  ERROR: no such table", True),
+        ('Traceback (most recent call last):\n  File "x.py"', True),
+        ('{"error": "not found", "code": 404}', True),
+        ('{"error": null, "rows": []}', False),
+        ('{"error": false}', False),
+        ("Errors are reported in the log below.", False),
+        ("The error handler was installed.", False),
+        ("18C, cloudy", False),
+    ],
+)
+def test_a_result_that_says_it_failed_is_an_error_without_a_flag(text: str, failed: bool) -> None:
+    assert looks_like_error(text) is failed
+    assert Event.from_dict({"kind": "tool_result", "text": text}).error is failed
+    # a flag the trace recorded wins, either way
+    assert Event.from_dict({"kind": "tool_result", "text": text, "error": False}).error is False
+    assert Event.from_dict({"kind": "tool_result", "text": text, "error": True}).error is True
+    # only results: a model saying "Error: ..." has not failed a call
+    assert Event.from_dict({"kind": "model", "text": text}).error is False
+
+
+@pytest.mark.parametrize(
+    ("text", "found_nothing"),
+    [
+        ("No results found.", True),
+        ("[]", True),
+        (" {} ", True),
+        ("null", True),
+        ("0 matches for 'parser'", True),
+        ("No files found", True),
+        ("Nothing matched your query.", True),
+        ("ok", False),
+        ("File written.", False),
+        ("Found 3 results: a, b, c", False),
+        ("Notes: see above", False),
+        ("x" * 250 + " no results", False),  # a long result says more than that
+    ],
+)
+def test_a_lookup_that_found_nothing(text: str, found_nothing: bool) -> None:
+    assert negative(text) is found_nothing
+
+
+def test_specifics_are_what_a_user_brings() -> None:
+    said = "I already told you, it's #W2378156; I'm sophia_silva_7557, flying SFO on the 5th."
+    assert specifics(said) == ["#w2378156", "sophia_silva_7557", "sfo", "5th"]
+    assert specifics("I'll try to find it and get back to you soon, thanks!") == []
+    assert specifics("I understand. Is there really nothing else you can do?") == []
+
+
+# -- reflection calls ------------------------------------------------------------------
+def test_reflection_calls_are_known_by_name_or_by_their_only_argument() -> None:
+    assert is_reflection("think", {"thought": "hm"})
+    assert is_reflection("TodoWrite", {"todos": []})
+    assert is_reflection("sequential_thinking", {"thought": "x", "next": True})
+    assert is_reflection("notebook", {"thought": "x"})  # a thought, whatever the name
+    assert not is_reflection("bash", {"command": "ls", "thought": "list"})
+    assert not is_reflection("transfer_to_human_agents", {"summary": "wants a refund"})
+    assert not is_reflection("search", {})
+
+
+DECLINED = "Error: payment amount does not add up, total price is 4875, but paid 1625"
+
+
+def booking_loop(between: Any) -> Events:
+    events: Events = [{"kind": "user", "text": "Please book flight HAT023 for me."}]
+    for i in range(4):
+        events.append(model(""))
+        events += tool("book_reservation", {"flight": "HAT023", "paid": 1625}, DECLINED)
+        events += between(i)
+    return events
+
+
+def test_a_think_between_tries_does_not_make_the_same_failing_call_new() -> None:
+    report = scan(
+        run(booking_loop(lambda i: think("The total seems wrong; let me retry."))), Config()
+    )
+    # calls at 2, 7, 12: the third identical failing call is stopped before it runs
+    assert report.first_stop == 12
+    stop = next(f for f in report.findings if f.severity.value == "stop")
+    assert stop.detector == "repeated_call" and "the same error each time" in stop.message
+
+    # a real call in between that learns something each time is progress
+    def look_up(i: int) -> Events:
+        return tool("get_fare", {"segment": i}, f"segment {i}: {1000 + 300 * i} USD")
+
+    assert scan(run(booking_loop(look_up)), Config()).first_stop is None
+
+
+def test_a_thought_restated_turn_after_turn_is_read_as_model_output() -> None:
+    events: Events = []
+    for _ in range(5):
+        events += think("I need to verify the flight segments and the total before booking.")
+    report = scan(run(events), Config())
+    assert any(f.detector == "stagnation" for f in report.findings)
+
+
+def test_reflection_results_without_ids_are_not_taken_for_another_calls() -> None:
+    events: Events = [
+        {"kind": "tool_call", "name": "search", "args": {"q": "x"}},
+        {"kind": "tool_call", "name": "notes", "args": {"thought": "wait for it"}},
+        {"kind": "tool_result", "name": "notes", "text": ""},
+        {"kind": "tool_result", "name": "search", "text": "18C"},
+    ]
+    guard = Guard(Config())
+    for ev in events:
+        guard.observe("r", ev)
+    state = guard.state("r")
+    assert state is not None
+    assert [(c.name, c.rstep) for c in state.calls] == [("search", 3)]
+
+
+# -- free-text arguments ---------------------------------------------------------------
+DESCRIPTIONS = [
+    "Run the tests", "Re-run the parser tests", "Check the tests again", "Run tests to verify",
+    "Run pytest once more", "Verify the fix", "Run the failing test", "Test again",
+]  # fmt: skip
+
+
+def test_a_rewritten_description_does_not_make_a_repeat_new() -> None:
+    events: Events = []
+    for description in DESCRIPTIONS:
+        events.append(model(""))
+        events += tool(
+            "Bash",
+            {"command": "pytest tests/test_parser.py", "description": description},
+            "FAILED tests/test_parser.py::test_nested - AssertionError\n1 failed in 0.12s",
+            error=True,
+        )
+    report = scan(run(events), Config())
+    assert report.first_stop == 7  # the third run of the same command
+    message = report.findings[0].message
+    assert "the same (reworded) arguments" in message
+    # the description is kept for the message
+    assert "pytest tests/test_parser.py" in message and "Check the tests again" in message
+
+
+def test_a_description_that_is_the_only_argument_still_identifies_the_call() -> None:
+    events: Events = []
+    for i in range(4):
+        events += tool("transfer", {"summary": f"customer {i} wants a refund"}, "Transfer ok")
+    assert scan(run(events), Config()).verdict == "ok"
+
+
+# -- lookups that find nothing ---------------------------------------------------------
+QUERIES = [
+    "paris hotel deals", "cheap hotels in paris", "paris accommodation discount",
+    "budget stay paris", "paris lodging offers", "hotel bargains paris france",
+    "affordable paris rooms", "paris inn prices", "low cost paris hotel", "paris hostel rates",
+]  # fmt: skip
+
+
+def test_reworded_searches_that_each_find_nothing_are_not_progress() -> None:
+    events: Events = []
+    for query in QUERIES:
+        events.append(model("Let me search again."))
+        events += tool("web_search", {"query": query}, "No results found.")
+    report = scan(run(events), Config())
+    assert report.first_warn is not None and report.first_stop is not None
+    assert report.first_stop < len(events) - 3
+    assert {f.detector for f in report.findings} >= {"futility"}
+
+
+def test_reworded_searches_that_find_things_are_research() -> None:
+    events: Events = []
+    for i, query in enumerate(QUERIES):
+        events.append(model("Let me search again."))
+        events += tool("web_search", {"query": query}, f"Hotel {i}: {100 + i} EUR a night")
+    assert scan(run(events), Config()).verdict == "ok"
+
+
+# -- conversations ---------------------------------------------------------------------
+REFUSALS = [
+    "Unfortunately, I am unable to add travel insurance to your existing reservation "
+    "due to policy restrictions.",
+    "I understand your concern, but I am unable to add travel insurance to your existing "
+    "reservation. A human agent may be able to help.",
+    "I understand the importance of it. However, I am unable to add travel insurance to "
+    "your existing reservation after booking.",
+    "I truly wish I could help further, but I am unable to add travel insurance to your "
+    "existing reservation.",
+    "Unfortunately the policy is strict: I am unable to add travel insurance to your "
+    "existing reservation.",
+    "I am sorry, I am unable to add travel insurance to your existing reservation.",
+]
+PUSHES = [
+    "That can't be right, can you check again?",
+    "I'd really prefer not to be transferred. Is there anything else you can do?",
+    "This is really important to me. Is there no other way?",
+    "Maybe another department could do it?",
+    "Are you sure there's absolutely nothing you can try?",
+    "Alright, I see.",
+]
+
+
+def talk(replies: list[str], users: list[str]) -> Events:
+    events: Events = [{"kind": "user", "text": "Please add insurance to reservation PEP4E0."}]
+    events += tool("get_reservation_details", {"id": "PEP4E0"}, '{"insurance": "no"}')
+    for reply, said in zip(replies, users, strict=True):
+        events.append(model(reply, agent="airline_agent", to="user"))
+        events.append({"kind": "user", "text": said})
+    return events
+
+
+def test_the_same_refusal_turn_after_turn_is_a_loop() -> None:
+    events = talk(REFUSALS, PUSHES)
+    report = scan(run(events), Config())
+    # replies at 3, 5, 7, ...: each judged at the user turn after it; the reply at 5
+    # restates the one at 3 (step 6), the 2nd restatement warns (step 8), the 4th
+    # stops (step 12)
+    assert (report.first_warn, report.first_stop) == (8, 12)
+    stop = next(f for f in report.findings if f.severity.value == "stop")
+    assert stop.detector == "restated_reply"
+    assert "the same thing 5 times" in stop.message
+    assert "unable to add travel insurance" in stop.message
+    assert stop.steps == (6, 8, 10, 12)
+
+
+def test_a_user_who_brings_something_specific_restarts_the_count() -> None:
+    users = list(PUSHES)
+    users[2] = "Fine: my other booking is XEWRD9, can you add it there?"
+    report = scan(run(talk(REFUSALS, users)), Config())
+    assert report.first_stop is None or report.first_stop > 12
+
+
+def test_a_turn_in_which_the_agent_acts_is_work() -> None:
+    events: Events = [{"kind": "user", "text": "Hi"}]
+    for reply, said in zip(REFUSALS, PUSHES, strict=True):
+        events += tool("lookup_policy", {"topic": "insurance"}, "Insurance: at booking only.")
+        events.append(model(reply, to="user"))
+        events.append({"kind": "user", "text": said})
+    assert not any(f.detector == "restated_reply" for f in scan(run(events), Config()).findings)
+
+
+def test_different_answers_are_a_conversation() -> None:
+    replies = [
+        "Your flight HAT023 leaves at 14:00 from gate B12.",
+        "You may bring two checked bags of 23 kg each.",
+        "Seat 14C is an aisle seat near the wing.",
+        "Lunch is served on flights longer than three hours.",
+        "Your gold status gives you lounge access at JFK.",
+        "Glad I could help, safe travels!",
+    ]
+    report = scan(run(talk(replies, PUSHES)), Config())
+    assert report.verdict == "ok", report.to_dict()
+
+
+def test_messages_to_another_agent_are_not_replies() -> None:
+    events: Events = [{"kind": "user", "text": "Go"}]
+    for refusal in REFUSALS:
+        events.append(model(refusal, agent="orchestrator", to="web_surfer"))
+        events.append({"kind": "user", "text": "continue"})
+    assert scan(run(events), Config(), detectors=[RestatedReply()]).findings == []
+
+
+def test_the_same_failing_call_across_user_turns_that_bring_nothing() -> None:
+    def turns(users: list[str]) -> Events:
+        events: Events = []
+        for said in users:
+            events.append({"kind": "user", "text": said})
+            events += tool("update_flights", {"reservation": "XEWRD9", "flight": "HAT030"},
+                           "Error: flight HAT030 not available on date 2024-05-13")  # fmt: skip
+        return events
+
+    deferring = ["Change my flight please", "Please try again", "Can you proceed?", "Go on"]
+    assert scan(run(turns(deferring)), Config()).first_stop == 7
+    # each turn names another flight: the user changed the request
+    specific = ["Change to HAT030", "Try HAT031", "Then HAT032", "Or HAT033"]
+    assert scan(run(turns(specific)), Config()).first_stop is None
+
+
+# -- web agents ------------------------------------------------------------------------
+def page(percent: int, call_id: str, extra: str = "") -> str:
+    words = " ".join(f"item{i} price{i * 3} review{i}" for i in range(60))
+    return (
+        "I clicked 'Month Selection'.\n\nHere is a screenshot of [History | Weather]"
+        f"(https://www.example.com/history). The viewport shows {percent}% of the page "
+        f"(request {call_id}).\nThe following text is visible:\n{extra}{words}"
+    )
+
+
+def test_the_same_click_on_a_page_that_does_not_change_is_stopped_at_the_third() -> None:
+    events: Events = [{"kind": "user", "text": "Find June 2021 in the history"}]
+    for i, percent in enumerate((68, 70, 68, 69)):
+        events.append(model("Please select the month.", agent="Orchestrator", to="WebSurfer"))
+        events += tool("click", {"target": "Month Selection"}, page(percent, f"req_{i}A9x"))
+    report = scan(run(events), Config())
+    assert report.first_stop == 8  # the third click
+    assert report.findings[0].detector == "repeated_call"
+
+
+def test_scrolling_a_page_that_shows_new_content_is_reading() -> None:
+    events: Events = [{"kind": "user", "text": "Read the article"}]
+    for i in range(6):
+        text = " ".join(f"para{i}word{j} topic{i}{j}" for j in range(80))
+        result = f"I scrolled down.\nHere is a screenshot of [A](https://example.com/a).\n{text}"
+        events += tool("scroll", {"direction": "down"}, result)
+    assert scan(run(events), Config()).verdict == "ok"
+
+
+def test_only_a_page_is_sketched_from_its_first_result() -> None:
+    from loopwatch.detectors.repeat import RepeatState
+
+    guard = Guard(Config())
+    long_output = " ".join(f"line{i} value{i} status{i}" for i in range(80))
+    for rid, text in (("page", page(68, "a")), ("log", long_output)):
+        guard.observe(rid, {"kind": "tool_call", "name": "x", "args": {}})
+        guard.observe(rid, {"kind": "tool_result", "name": "x", "text": text})
+    sketched: dict[str, Any] = {}
+    for rid in ("page", "log"):
+        state = guard.state(rid)
+        assert state is not None
+        streaks = state.slot("repeated_call", RepeatState).by_key
+        sketched[rid] = next(iter(streaks.values())).sketch is not None
+    assert sketched == {"page": True, "log": False}
+
+
+# -- orchestrators -----------------------------------------------------------------------
+def screen(address: str, shown: str, percent: int) -> str:
+    """A browser result: the address echoed near the start, then what the page shows."""
+    return (
+        f"I clicked it.\n\nHere is a screenshot of [Page]({address}). The viewport shows "
+        f"{percent}% of the webpage.\nAutomatic OCR of the page screenshot has detected "
+        f"the following text:\n{shown}"
+    )
+
+
+GRAVEYARD = " ".join(f"flavor{i} rhyme{i} years{i}" for i in range(30))
+
+
+INSPECT = "Please inspect the headstone photo for other headstones and read their rhymes."
+
+
+def test_an_instruction_resent_while_the_page_does_not_change_is_stopped_at_the_third() -> None:
+    address = "https://www.example.com/flavors/graveyard"
+    events: Events = [{"kind": "user", "text": "What is the rhyme on the oldest headstone?"}]
+    # the first click shows the page; each later one lands on it again (another
+    # percentage, OCR noise), so the instructions after the 2nd bring nothing new
+    for target, percent in (("graveyard", 20), ("headstone", 22), ("photo", 25), ("back", 22)):
+        events.append(model(INSPECT, agent="Orchestrator", to="WebSurfer"))
+        shown = GRAVEYARD.replace("flavor7", "flavour7") if percent == 25 else GRAVEYARD
+        events += tool("click", {"target": target}, screen(address, shown, percent))
+    report = scan(run(events), Config())
+    assert report.first_stop == 10  # the 4th instruction: the 3rd with nothing new
+    stop = next(f for f in report.findings if f.severity.value == "stop")
+    assert stop.detector == "repeated_instruction"
+    assert stop.steps == (4, 7, 10)
+    assert "Orchestrator has sent WebSurfer the same instruction 3 times" in stop.message
+
+
+def test_an_orchestrator_walking_a_list_gets_new_pages_and_is_not_stopped() -> None:
+    events: Events = [{"kind": "user", "text": "Which eatery is open at 11pm?"}]
+    places = ["Shack", "Olio", "Sneekers", "Pizza Palace", "Waterfront"]
+    for n, place in enumerate(places):
+        left = ", ".join(places[n:])
+        events.append(model(f"Check the opening hours of {left} on Wednesdays.",
+                            agent="Orchestrator", to="WebSurfer"))  # fmt: skip
+        shown = " ".join(f"{place.lower()}{i} hours{i} review{i}" for i in range(30))
+        address = f"https://www.bing.com/search?q={place.replace(' ', '+')}"
+        events += tool("click", {"target": place}, screen(address, shown, 10))
+    assert not any(
+        f.detector == "repeated_instruction" for f in scan(run(events), Config()).findings
+    )
+
+
+def test_a_new_reply_from_the_instructed_agent_is_news() -> None:
+    def exchange(replies: list[str]) -> list[str]:
+        events: Events = [{"kind": "user", "text": "Read the downloaded file"}]
+        for reply in replies:
+            events.append(model("Please read the downloaded PDF and report the volume.",
+                                agent="Orchestrator", to="FileSurfer"))  # fmt: skip
+            events.append(model(reply, agent="FileSurfer"))
+        return [f.detector for f in scan(run(events), Config()).findings]
+
+    pages = ["Title page: authors and abstract.", "Methods: the bag is a cylinder.",
+             "Results: fish counts per day.", "Appendix: raw tables of weights."]  # fmt: skip
+    assert "repeated_instruction" not in exchange(pages)
+    assert "repeated_instruction" in exchange(["Error 404: file not found"] * 4)
+
+
+def test_an_instruction_the_trace_did_not_record_is_not_a_repeat() -> None:
+    events: Events = [{"kind": "user", "text": "Go"}]
+    for _ in range(4):
+        events.append({"kind": "model", "agent": "Orchestrator", "to": "WebSurfer"})
+    report = scan(run(events), Config())
+    assert not any(f.detector == "repeated_instruction" for f in report.findings)
+
+
+# -- the same error, again ---------------------------------------------------------------
+NOT_AVAILABLE = "Error: flight HAT030 not available on date 2024-05-13"
+
+
+def test_re_sending_a_call_that_failed_stops_at_the_third_same_error() -> None:
+    events: Events = [{"kind": "user", "text": "Change my flights"}]
+    for flights in (["HAT030", "HAT002"], ["HAT030", "HAT004"], ["HAT030", "HAT002"]):
+        events += tool("update_flights", {"flights": flights}, NOT_AVAILABLE)
+    report = scan(run(events), Config())
+    assert report.first_stop == 6  # the third failure: the first call, sent again
+    stop = next(f for f in report.findings if f.severity.value == "stop")
+    assert (stop.detector, stop.steps) == ("error_loop", (2, 4, 6))
+
+
+def test_different_calls_failing_the_same_way_are_exploring() -> None:
+    events: Events = [{"kind": "user", "text": "Find the config"}]
+    for path in ("a.toml", "b.toml", "c.toml"):
+        events += tool("read", {"path": path}, "Error: file not found")
+    report = scan(run(events), Config())
+    assert report.first_stop is None
+    assert [f.detector for f in report.findings] == ["error_loop"]  # a warning at the 3rd
+
+
+def test_the_same_error_between_other_tools_successes_is_a_warning() -> None:
+    def attempts(between: str) -> Events:
+        events: Events = [{"kind": "user", "text": "Book it"}]
+        for total in ("957", "1047", "957"):
+            events += tool("book", {"paid": total}, "Error: payment does not add up, total 1002")
+            events += tool(between, {"expression": f"{total} + 1"}, f"{total}.5")
+        return events
+
+    report = scan(run(attempts("calculate")), Config())
+    assert report.first_stop is None
+    warning = report.findings[-1]
+    assert (warning.detector, warning.steps) == ("error_loop", (2, 6, 10))
+    assert "although other calls worked in between" in warning.message
+    # when the failing tool itself succeeds in between, the failure is not recurring
+    assert scan(run(attempts("book")), Config()).verdict == "ok"
+
+
+# -- browsing ------------------------------------------------------------------------------
+VIEWER = " ".join(f"figure{i} table{i} section{i}" for i in range(30))
+
+
+def test_a_page_shown_a_third_time_is_a_warning() -> None:
+    address = "https://journals.example.org/article/view/733/684"
+    events: Events = [{"kind": "user", "text": "Find the volume in the paper"}]
+    # three ways to the same viewer page, other pages in between
+    for n, (name, args) in enumerate(
+        [
+            ("click", {"target": "PDF"}),
+            ("visit_url", {"url": address}),
+            ("click", {"target": "View"}),
+        ]
+    ):
+        events += tool(name, args, screen(address, VIEWER.replace("figure1 ", f"fig{n} "), 100))
+        other = f"https://search.example.com/?q=fish+bag+{n}"
+        events += tool(
+            "search", {"q": f"fish bag {n}"}, screen(other, f"hit{n} " * 40 + VIEWER[:50], 5)
+        )
+    report = scan(run(events), Config())
+    revisits = [f for f in report.findings if f.detector == "revisited_page"]
+    assert [(f.severity.value, f.steps) for f in revisits] == [("warn", (2, 6, 10))]
+    assert report.first_stop is None  # a warning only, by default
+    assert "The same page has come back 3 times" in revisits[0].message
+
+
+def test_a_shell_command_printing_a_url_shows_no_page() -> None:
+    svg = '<svg xmlns="http://www.w3.org/2000/svg">' + VIEWER + "</svg>"
+    events: Events = [{"kind": "user", "text": "Check the diagram"}]
+    for n in range(4):
+        events += tool("bash", {"command": f"cat diagram.svg  # {n}"}, svg)
+        events += tool("bash", {"command": f"sed -i 's/a{n}/b/' conf.py"}, "")
+    assert not any(f.detector == "revisited_page" for f in scan(run(events), Config()).findings)
+
+
+def test_a_new_request_from_the_user_makes_a_page_new_again() -> None:
+    address = "https://weather.example.com/paris"
+    events: Events = []
+    for city_request in ("Weather in Paris, zip 75001?", "And for 75002?", "What about 75003?"):
+        events.append({"kind": "user", "text": city_request})
+        events += tool(
+            "visit_url", {"url": address, "n": city_request}, screen(address, VIEWER, 40)
+        )
+    assert not any(f.detector == "revisited_page" for f in scan(run(events), Config()).findings)

@@ -1,0 +1,193 @@
+"""Every conformance run, exported to every format by the real libraries, scans the same.
+
+The runs of tests/data/conformance.jsonl are converted by tests/helpers/traces_convert.py,
+written in the shapes those tools export (JSON Lines, documents, .gz), read back
+through ``read_runs`` with the format sniffed (and forced), and scanned: the
+verdict, first_warn / first_stop and every finding (steps, messages) must equal
+those of the native run, and the events must be the same kinds in the same order.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import traces_convert as tc
+from conftest import load_scenarios
+
+from loopwatch import Config, scan
+from loopwatch.traces import InputError, TraceRun, read_runs
+
+RUNS = load_scenarios()
+NATIVE = {r["run_id"]: r for r in RUNS}
+
+
+def _lines(path: Path, records: list[Any], gz: bool = False) -> Path:
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    if gz:
+        path = path.with_name(path.name + ".gz")
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return path
+
+
+def _merge_otlp(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"resourceSpans": [rs for d in docs for rs in d["resourceSpans"]]}
+
+
+def _trace_hex(run_id: str) -> str:
+    return uuid.uuid5(uuid.NAMESPACE_URL, run_id).hex
+
+
+# variant -> (writer(tmp_dir) -> path, forced format, reader run -> native run_id)
+Writer = Callable[[Path], Path]
+VARIANTS: dict[str, tuple[Writer, str, Callable[[TraceRun], str]]] = {}
+
+
+def variant(
+    name: str, fmt: str, native_id: Callable[[TraceRun], str]
+) -> Callable[[Writer], Writer]:
+    def register(fn: Writer) -> Writer:
+        VARIANTS[name] = (fn, fmt, native_id)
+        return fn
+
+    return register
+
+
+_BY_TRACE_HEX = {_trace_hex(r["run_id"]): r["run_id"] for r in RUNS}
+_BY_LS = {str(uuid.uuid5(uuid.NAMESPACE_URL, "ls:" + r["run_id"])): r["run_id"] for r in RUNS}
+_BY_LF = {uuid.uuid5(uuid.NAMESPACE_URL, "lf:" + r["run_id"]).hex: r["run_id"] for r in RUNS}
+
+
+@variant("otlp-genai-protobuf-json-lines", "otlp", lambda r: r.run_id)
+def _otlp_genai(tmp: Path) -> Path:
+    return _lines(tmp / "genai.jsonl", tc.otlp_documents(RUNS, "genai"))
+
+
+@variant("otlp-genai-hex-ids-gz", "otlp", lambda r: r.run_id)
+def _otlp_genai_hex(tmp: Path) -> Path:
+    docs = [tc.otlp_hex(d) for d in tc.otlp_documents(RUNS, "genai")]
+    return _lines(tmp / "genai-hex.jsonl", docs, gz=True)
+
+
+@variant("otlp-genai-old-names-one-document", "otlp", lambda r: _BY_TRACE_HEX[r.run_id])
+def _otlp_old(tmp: Path) -> Path:
+    path = tmp / "old.json"
+    path.write_text(json.dumps(_merge_otlp(tc.otlp_documents(RUNS, "genai_old")), indent=2))
+    return path
+
+
+@variant("otlp-openinference", "otlp", lambda r: r.run_id)
+def _otlp_oi(tmp: Path) -> Path:
+    return _lines(
+        tmp / "oi.jsonl", [tc.otlp_hex(d) for d in tc.otlp_documents(RUNS, "openinference")]
+    )
+
+
+@variant("langsmith-run-per-line-children-first", "langsmith", lambda r: _BY_LS[r.run_id])
+def _langsmith_lines(tmp: Path) -> Path:
+    records = []
+    for run in RUNS:  # list_runs returns no particular order: children before parents here
+        records.extend(reversed([tc.langsmith_dict(r) for r in tc.langsmith_runs(run)]))
+    return _lines(tmp / "langsmith.jsonl", records)
+
+
+@variant("langsmith-array-document", "langsmith", lambda r: _BY_LS[r.run_id])
+def _langsmith_array(tmp: Path) -> Path:
+    path = tmp / "langsmith.json"
+    records = [tc.langsmith_dict(r) for run in RUNS for r in tc.langsmith_runs(run)]
+    path.write_text(json.dumps(records, indent=1))
+    return path
+
+
+@variant("langfuse-v5-observation-per-line", "langfuse", lambda r: _BY_LF[r.run_id])
+def _langfuse_v5(tmp: Path) -> Path:
+    return _lines(tmp / "lf5.jsonl", [o for run in RUNS for o in tc.langfuse_observations(run)])
+
+
+@variant("langfuse-v5-api-pages", "langfuse", lambda r: _BY_LF[r.run_id])
+def _langfuse_pages(tmp: Path) -> Path:
+    pages = [{"data": tc.langfuse_observations(run), "meta": {"cursor": None}} for run in RUNS]
+    return _lines(tmp / "lf5-pages.jsonl", pages)
+
+
+@variant("langfuse-v3-trace-per-line", "langfuse", lambda r: _BY_LF[r.run_id])
+def _langfuse_v3(tmp: Path) -> Path:
+    return _lines(tmp / "lf3.jsonl", [tc.langfuse_trace_v3(run) for run in RUNS])
+
+
+@variant("openai-agents-exports", "openai_agents", lambda r: r.meta["workflow_name"])
+def _openai_agents(tmp: Path) -> Path:
+    return _lines(tmp / "agents.jsonl", tc.openai_agents_records(RUNS))
+
+
+# What a format cannot express, and so is not compared for that format.
+INEXPRESSIBLE = {
+    # Generation spans carry no agent name; the SDK only nests them in agent spans,
+    # which would be span events of their own.
+    ("openai-agents-exports", "A-ping-pong"): "a model message's agent",
+}
+
+
+@pytest.fixture(scope="module")
+def native_reports() -> dict[str, Any]:
+    return {r["run_id"]: scan(r, Config()) for r in RUNS}
+
+
+def _read(path: Path, fmt: str | None, native_id: Callable[[TraceRun], str]) -> dict[str, TraceRun]:
+    got: dict[str, TraceRun] = {}
+    for item in read_runs(str(path), fmt):
+        assert not isinstance(item, InputError), str(item)
+        key = native_id(item)
+        assert key not in got, f"run {key} read twice"
+        got[key] = item
+    return got
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+@pytest.mark.parametrize("forced", [False, True], ids=["sniffed", "forced"])
+def test_every_run_scans_the_same_as_native(
+    name: str, forced: bool, tmp_path: Path, native_reports: dict[str, Any]
+) -> None:
+    writer, fmt, native_id = VARIANTS[name]
+    got = _read(writer(tmp_path), fmt if forced else None, native_id)
+    assert set(got) == set(NATIVE)
+    for run_id, native in NATIVE.items():
+        if (name, run_id) in INEXPRESSIBLE:
+            continue
+        events = got[run_id].events
+        assert [e["kind"] for e in events] == [e["kind"] for e in native["events"]], run_id
+        want = native_reports[run_id]
+        have = scan(got[run_id].to_dict(), Config())
+        assert (have.verdict, have.first_warn, have.first_stop) == (
+            want.verdict,
+            want.first_warn,
+            want.first_stop,
+        ), run_id
+        assert [f.to_dict() for f in have.findings] == [f.to_dict() for f in want.findings], run_id
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_tool_calls_keep_their_arguments_and_results(name: str, tmp_path: Path) -> None:
+    writer, _fmt, native_id = VARIANTS[name]
+    got = _read(writer(tmp_path), None, native_id)
+    for run_id, native in NATIVE.items():
+        for mine, theirs in zip(got[run_id].events, native["events"], strict=True):
+            if theirs["kind"] == "tool_call":
+                assert (mine["name"], mine["args"]) == (theirs["name"], theirs["args"])
+            if theirs["kind"] in ("tool_result", "model"):
+                assert mine.get("text", "") == theirs.get("text", ""), run_id
+                assert bool(mine.get("error")) == bool(theirs.get("error")), run_id
+
+
+def test_the_conversions_cover_every_kind_of_native_event() -> None:
+    kinds = {e["kind"] for r in RUNS for e in r["events"]}
+    assert kinds == {"model", "tool_call", "tool_result", "span"}
+    assert any(e.get("error") for r in RUNS for e in r["events"])
+    assert any(e.get("parent") for r in RUNS for e in r["events"])
