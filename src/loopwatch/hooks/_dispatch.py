@@ -35,9 +35,8 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from importlib import import_module
-from typing import Any, final
+from typing import Any, NamedTuple, final
 
 from ..state import DetectorState, RunState
 from ._log import log_call, log_failure
@@ -63,17 +62,16 @@ _AFTER_STOP = " Nothing runs in this session until the user's next message."
 _DOCTOR = "loopwatch_doctor"  # a payload with this key asks the hook to say what it is
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """What the hook process prints and exits with."""
+class Answer(NamedTuple):
+    """What the hook process prints and exits with. (A named tuple, not a dataclass:
+    building a dataclass at import costs a hook process about a millisecond.)"""
 
     exit_code: int = 0
     stdout: str = ""
     stderr: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """The guard's answer for one hook call, reduced to what a protocol needs.
 
     ``after_stop``: the session was stopped before this call (deny it, and end the
@@ -412,9 +410,9 @@ def main(argv: list[str] | None = None, exit_now: bool = False) -> int:
     agent = args[0] if args else ""
     # The guard logs to the "loopwatch" logger (an outage, a reset state): a hook's
     # stderr is the agent's, and its own failures go to hook.log.
-    import logging
+    from .._logger import quiet
 
-    logging.getLogger("loopwatch").addHandler(logging.NullHandler())
+    quiet()
     if agent not in _PROTOCOLS:
         what = f"unknown agent {agent!r}" if agent else "no agent named"
         print(
