@@ -161,16 +161,16 @@ def test_broken_settings_file_is_an_error_not_a_rewrite(
 def test_unknown_agents_are_usage_errors_naming_the_supported_ones(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    for argv in (["install", "cursor"], ["uninstall", "cursor"]):
+    for argv in (["install", "windsurf"], ["uninstall", "windsurf"]):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2
         err = capsys.readouterr().err
-        assert "cursor" in err and all(agent in err for agent in AGENTS)
-    proc = subprocess.run([str(BIN / "loopwatch"), "hook", "cursor"], input=b"{}",
+        assert "windsurf" in err and all(agent in err for agent in AGENTS)
+    proc = subprocess.run([str(BIN / "loopwatch"), "hook", "windsurf"], input=b"{}",
                           capture_output=True, timeout=60)  # fmt: skip
     assert proc.returncode == 2 and proc.stdout == b""
-    assert b"cursor" in proc.stderr and all(a.encode() in proc.stderr for a in AGENTS)
+    assert b"windsurf" in proc.stderr and all(a.encode() in proc.stderr for a in AGENTS)
 
 
 def _run_command(

@@ -55,6 +55,7 @@ _PROTOCOLS = {
     "opencode": "opencode",
     "qwen-code": "qwen_code",
     "qwen": "qwen_code",
+    "cursor": "cursor",
 }
 _SEVERITY = {"ok": 0, "warn": 1, "skip": 2, "stop": 3}
 _TURN_SUFFIX = "\x00hook-turn"  # the store key of a run's turn marker
@@ -166,10 +167,12 @@ def _marker(store: Any, run_id: str, step: Callable[[HookTurn], Any]) -> Any:
     return store.apply(run_id + _TURN_SUFFIX, lambda s: step(s.slot("hook", HookTurn)), RunState)
 
 
-def new_turn(guard: Any, run_id: str, kind: str) -> tuple[bool, str, str]:
-    """Record this hook event's kind in the run's marker. Returns whether a tool call
-    here starts a new model turn (the previous hook event was a result or a prompt,
-    or there was none); on a result, the warning deferred to it (see
+def new_turn(guard: Any, run_id: str, kind: str, first: str = "") -> tuple[bool, str, str]:
+    """Record this hook event's kind (of its last event; ``first``: of its first, when
+    it brings several, as Cursor's afterFileEdit brings a call and its result) in the
+    run's marker. Returns whether a tool call here starts a new model turn (the
+    previous hook event was a result or a prompt, or there was none); on a result, the
+    warning deferred to it (see
     :func:`defer_warning`), taken out of the marker; and the stop message if the
     session is stopped (a user prompt lifts the stop)."""
 
@@ -181,7 +184,7 @@ def new_turn(guard: Any, run_id: str, kind: str) -> tuple[bool, str, str]:
             deferred, marker.warn = marker.warn, ""
         elif kind == "user":
             marker.stopped = ""
-        return kind == "tool_call" and last != "tool_call", deferred, marker.stopped
+        return (first or kind) == "tool_call" and last != "tool_call", deferred, marker.stopped
 
     result: tuple[bool, str, str] = _marker(guard.store, run_id, step)
     return result
@@ -242,7 +245,7 @@ def _judge(
     guard: Any, proto: Any, agent: str, run_id: str, events: list[Any], resumes: bool
 ) -> Outcome:
     kind = events[-1]["kind"] if events else ""
-    turn, deferred, stopped = new_turn(guard, run_id, kind)
+    turn, deferred, stopped = new_turn(guard, run_id, kind, events[0]["kind"] if events else "")
     if not events:  # the agent going on with its turn (Qwen Code's continuation)
         return Outcome("stop", stopped, after_stop=True) if stopped and resumes else ALLOW
     if turn:
