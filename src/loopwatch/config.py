@@ -50,6 +50,13 @@ def _toml() -> Any:
     return parser
 
 
+def __getattr__(name: str) -> Any:
+    """``loopwatch.config.tomllib``, the parser this module used to import eagerly."""
+    if name == "tomllib":
+        return _toml()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = ["DETECTORS", "NEVER_AS_ZERO", "Config", "ConfigError", "find_config_file"]
 
 
