@@ -13,9 +13,9 @@ a chosen interpreter (what ``loopwatch install --user`` writes).
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import types
+from importlib.machinery import ModuleSpec
 
 __all__ = ["bare_package", "main"]
 
@@ -24,7 +24,7 @@ def bare_package() -> None:
     """Make ``loopwatch`` importable as a package whose ``__init__`` has not run."""
     if "loopwatch" in sys.modules:
         return
-    spec = importlib.util.find_spec("loopwatch")
+    spec = _find_spec("loopwatch")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("loopwatch is not installed")
     package = types.ModuleType("loopwatch", "loopwatch (bare: loaded for a hook call)")
@@ -33,6 +33,18 @@ def bare_package() -> None:
     package.__package__ = "loopwatch"
     package.__spec__ = spec
     sys.modules["loopwatch"] = package
+
+
+def _find_spec(name: str) -> ModuleSpec | None:
+    """``importlib.util.find_spec`` for a top-level name, without importing
+    ``importlib.util`` (and contextlib with it: 2 ms of a hook call): ask the import
+    system's finders in order, as the import statement would."""
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        spec = find(name, None) if find is not None else None
+        if spec is not None:
+            return spec  # type: ignore[no-any-return]
+    return None
 
 
 def main(argv: list[str] | None = None, exit_now: bool | None = None) -> int:

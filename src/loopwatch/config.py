@@ -39,10 +39,16 @@ from .policy import ON_LOOP_CHOICES
 from .redact import compile_patterns
 from .stores import SCHEMES, scheme_of
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+
+def _toml() -> Any:
+    """The TOML parser, imported when a file is read: a coding-agent hook (a process
+    per tool call) in a project with no loopwatch configuration never needs it."""
+    if sys.version_info >= (3, 11):
+        import tomllib as parser
+    else:  # pragma: no cover
+        import tomli as parser  # type: ignore[import-not-found,unused-ignore]
+    return parser
+
 
 __all__ = ["DETECTORS", "NEVER_AS_ZERO", "Config", "ConfigError", "find_config_file"]
 
@@ -214,9 +220,10 @@ class Config:
         file = Path(path) if path is not None else find_config_file(start)
         if file is None:
             return cls()
+        toml = _toml()
         try:
-            data = tomllib.loads(file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            data = toml.loads(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, toml.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read configuration {file}: {exc}") from exc
         if file.name == "pyproject.toml":
             tool = data.get("tool", {})
@@ -361,6 +368,13 @@ _PAIRS: Final = (
     ("warn_after", "stop_after"),
 )  # fmt: skip
 _OUR_TABLE: Final = re.compile(r"^\s*\[+\s*tool\s*\.\s*[\"']?loopwatch\b", re.MULTILINE)
+# What a pyproject.toml needs for a [tool.loopwatch] table: that header (or a deeper
+# one), a bare [tool] table, or a top-level key path starting with tool (tool.x = ...,
+# tool = {...}). One without any of these has no such table, and is not parsed.
+_MAY_HAVE_OURS: Final = re.compile(
+    r"^\s*\[+\s*[\"']?tool[\"']?\s*(?:\.\s*[\"']?loopwatch\b|\])|^\s*[\"']?tool[\"']?\s*[.=]",
+    re.MULTILINE,
+)
 
 
 def _is_zero(value: Any) -> bool:
@@ -530,9 +544,12 @@ def find_config_file(start: str | Path | None = None) -> Path | None:
                 text = pyproject.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 continue
+            if not _MAY_HAVE_OURS.search(text):
+                continue
+            toml = _toml()
             try:
-                data = tomllib.loads(text)
-            except tomllib.TOMLDecodeError:
+                data = toml.loads(text)
+            except toml.TOMLDecodeError:
                 # Broken TOML that has our table: return it, so that loading reports
                 # the syntax error instead of silently running on the defaults.
                 if _OUR_TABLE.search(text):

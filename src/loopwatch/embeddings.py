@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
+from ._logger import log as _log
 from .extras import missing as missing_modules
 from .fingerprints import normalise_text
 from .text import lexical_verdict, looks_like_code, word_set
@@ -35,7 +35,6 @@ __all__ = [
     "semantic_unavailable_reason",
 ]
 
-_log = logging.getLogger("loopwatch")
 
 INSTALL_HINT: Final = (
     "install it with `pip install 'loopwatch[semantic]'` (it needs PyTorch: on a machine "

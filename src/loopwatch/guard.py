@@ -12,13 +12,13 @@ Usage::
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, overload
 
 from mypy_extensions import mypyc_attr
 
+from ._logger import WARNING, log
 from .config import Config
 from .detectors import Detector
 from .engine import Engine, new_state
@@ -31,8 +31,6 @@ from .stores import SCHEMES, Store, scheme_of, store_from_url
 from .stores.base import State
 
 __all__ = ["CallerError", "Guard"]
-
-log = logging.getLogger("loopwatch")
 
 
 def _run_key(run_id: object) -> str:
@@ -181,7 +179,7 @@ class Guard:
         if kind not in KINDS:
             self._log_once(
                 self._mistakes_logged,
-                logging.WARNING,
+                WARNING,
                 f"loopwatch: event kind {kind!r:.60} is not one of {', '.join(sorted(KINDS))}; "
                 "the step is counted but no detector looks at it",
             )
@@ -192,7 +190,7 @@ class Guard:
         per kind of mistake (the message names types, not values) at WARNING, and
         the step let through unobserved."""
         message = f"ValueError: {exc}"
-        self._log_once(self._mistakes_logged, logging.WARNING, f"loopwatch: {message}")
+        self._log_once(self._mistakes_logged, WARNING, f"loopwatch: {message}")
         return Verdict(
             Action.OK,
             -1,

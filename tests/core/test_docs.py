@@ -103,7 +103,9 @@ def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (tmp_path / name).write_bytes(examples)
     (tmp_path / "otel-traces.jsonl.gz").write_bytes(gzip.compress(examples))
     (tmp_path / "langsmith-runs.json").write_bytes(examples)
-    for where in ("traces", ".claude/projects/p", ".codex/sessions/2026", ".gemini/tmp/p/chats"):
+    for where in ("traces", ".claude/projects/p", ".codex/sessions/2026", ".gemini/tmp/p/chats",
+                  ".qwen/projects/p/chats", ".copilot/session-state/s",
+                  ".local/share/opencode"):  # fmt: skip
         (tmp_path / where).mkdir(parents=True)
         (tmp_path / where / "session.jsonl").write_bytes(examples)
     import pyarrow.parquet as pq

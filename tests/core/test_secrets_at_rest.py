@@ -15,6 +15,7 @@ import os
 import re
 import sqlite3
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,11 @@ from loopwatch.state import RunState
 from loopwatch.stores.memory import MemoryStore
 from loopwatch.stores.redis import RedisStore
 from loopwatch.stores.sqlite import SqliteStore
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 SECRETS = [secret for _, _, secret in CASES]
 POSIX = os.name == "posix"
@@ -278,7 +284,6 @@ def _security_section() -> str:
 
 def test_the_readme_security_section_says_what_the_code_does() -> None:
     from loopwatch import Config
-    from loopwatch.config import tomllib
     from loopwatch.redact import compile_patterns, redact_extra
 
     section = _security_section()

@@ -240,7 +240,7 @@ def test_locked_state_file_never_blocks(state: Path, monkeypatch: pytest.MonkeyP
 def test_unknown_agent_and_bad_config_never_block(tmp_path: Path) -> None:
     """A broken loopwatch.toml lets every call through, and the user is told once per
     session, in Claude Code's message to the user (systemMessage), naming the key."""
-    assert handle("cursor", claude_pre("ls", 1)) == Answer()
+    assert handle("windsurf", claude_pre("ls", 1)) == Answer()
     (tmp_path / "loopwatch.toml").write_text("on_loop = 'explode'\n")
     first = json.loads(handle("claude-code", claude_pre("ls", 1, cwd=str(tmp_path))).stdout)
     assert set(first) == {"systemMessage"}

@@ -148,6 +148,51 @@ def scan_transcripts(folder: Path, fmt: str) -> list[str]:
     return [Scanner(Config()).scan(r.to_dict()).verdict for r in runs]
 
 
+# The hook events that come before a tool runs, in each CLI's protocol.
+PRE_TOOL = frozenset({"PreToolUse", "preToolUse", "BeforeTool"})
+
+
+def hook_stop_call(state: Path, session: str) -> int | None:
+    """The tool call (1-based) at which the live hook first blocked the session, from
+    its ``calls.log``: counted over the pre-tool events, a stop on a result counting
+    as its call's; None when nothing was blocked."""
+    calls = 0
+    for line in (state.parent / "calls.log").read_text().splitlines():
+        record = json.loads(line)
+        if record["session"] != session:
+            continue
+        calls += record["event"] in PRE_TOOL
+        if record["answer"] in ("stop", "skip"):
+            return calls
+    return None
+
+
+def assert_scan_agrees(folder: Path, fmt: str, state: Path, project: Path) -> str:
+    """``loopwatch scan`` of the session log the CLI wrote under ``folder``, with the
+    project's configuration, says what the live hook said: the same verdict, at the
+    same tool call, and the stop's sentence is the one the model was given (the CLI
+    recorded it as the blocked call's result). Returns the verdict."""
+    from loopwatch import Config, Scanner, TraceRun, read_runs
+
+    found = list(read_runs(str(folder)))
+    runs = [r for r in found if isinstance(r, TraceRun) and r.meta.get("format") == fmt]
+    assert len(runs) == 1, found
+    [run] = runs
+    report = Scanner(Config.load(start=project)).scan(run.to_dict())
+    hook_at = hook_stop_call(state, run.run_id)
+    if report.first_stop is None:
+        scan_at = None
+    else:
+        scan_at = sum(e["kind"] == "tool_call" for e in run.events[: report.first_stop + 1])
+    assert scan_at == hook_at, (report.to_dict(), hook_at)
+    assert report.verdict == ("ok" if hook_at is None else "stop"), report.to_dict()
+    if hook_at is not None:
+        stop = next(f for f in report.findings if str(f.severity) == "stop")
+        said = [e.get("text", "") for e in run.events if e["kind"] == "tool_result"]
+        assert any(f"[loopwatch] Run stopped: {stop.message}" in t for t in said), said
+    return str(report.verdict)
+
+
 def hook_log(state: Path) -> str:
     path = state.parent / "hook.log"
     return path.read_text() if path.exists() else ""
@@ -569,6 +614,18 @@ def run_qwen(tmp_path: Path, script: ChatScript) -> tuple[Any, list[Any], Path]:
     return proc, lines, state
 
 
+def qwen_logs(tmp_path: Path) -> Path:
+    return tmp_path / "home" / ".qwen" / "projects"
+
+
+def opencode_data(tmp_path: Path) -> Path:
+    return tmp_path / "home" / ".local" / "share" / "opencode"
+
+
+def copilot_logs(tmp_path: Path) -> Path:
+    return tmp_path / "home" / ".copilot" / "session-state"
+
+
 needs_qwen = pytest.mark.skipif(shutil.which("qwen") is None, reason="qwen not on PATH")
 
 
@@ -580,6 +637,8 @@ def test_qwen_code_loop_is_denied_and_the_turn_ends(tmp_path: Path) -> None:
     assert_stopped(script, turn_ends=True, results=stream_results(lines))
     assert len(script.seen) == 3  # the 3rd call denied: the two before it failed alike
     assert hook_log(state) == ""
+    # The session log Qwen Code wrote, scanned offline, stops at the same call.
+    assert assert_scan_agrees(qwen_logs(tmp_path), "qwen_code", state, tmp_path / "proj") == "stop"
 
 
 @needs_qwen
@@ -590,6 +649,7 @@ def test_qwen_code_healthy_session_is_untouched(tmp_path: Path) -> None:
     assert not any("[loopwatch]" in json.dumps(r) for r in script.seen)
     session = next(x["session_id"] for x in lines if x.get("session_id"))
     assert stored_calls(state, session) == 3  # continuation prompts are not user turns
+    assert assert_scan_agrees(qwen_logs(tmp_path), "qwen_code", state, tmp_path / "proj") == "ok"
 
 
 def run_opencode(tmp_path: Path, script: ChatScript) -> tuple[Any, list[Any], Path]:
@@ -638,6 +698,9 @@ def test_opencode_loop_is_denied_and_the_turn_ends(tmp_path: Path) -> None:
               and x["part"]["state"]["status"] == "error"]  # fmt: skip
     assert denied and was_blocked(denied[0]["state"]["error"])
     assert hook_log(state) == ""
+    # Its database, scanned offline, stops at the same call.
+    data = opencode_data(tmp_path)
+    assert assert_scan_agrees(data, "opencode", state, tmp_path / "proj") == "stop"
 
 
 @needs_opencode
@@ -649,6 +712,7 @@ def test_opencode_healthy_session_is_untouched(tmp_path: Path) -> None:
     assert not any("[loopwatch]" in json.dumps(r) for r in script.seen)
     session = next(x["sessionID"] for x in lines if x.get("sessionID"))
     assert stored_calls(state, session) == 3
+    assert assert_scan_agrees(opencode_data(tmp_path), "opencode", state, tmp_path / "proj") == "ok"
 
 
 def run_copilot(
@@ -691,6 +755,9 @@ def test_copilot_cli_stubborn_loop_is_denied_and_stays_denied(tmp_path: Path) ->
     )
     assert any("[loopwatch] Warning" in r for r in results)  # with a result, before
     assert hook_log(state) == ""
+    # Its events.jsonl, scanned offline, stops at the same call.
+    logs = copilot_logs(tmp_path)
+    assert assert_scan_agrees(logs, "copilot_cli", state, tmp_path / "proj") == "stop"
 
 
 @needs_copilot
@@ -708,6 +775,7 @@ def test_copilot_cli_healthy_session_is_untouched(tmp_path: Path) -> None:
     _, _, state = run_copilot(tmp_path, script)
     assert [r.splitlines()[0] for r in script.all_results()] == ["one", "two", "three"]
     assert not any("[loopwatch]" in json.dumps(r) for r in script.seen)
-    folder = tmp_path / "home" / ".copilot" / "session-state"
+    folder = copilot_logs(tmp_path)
     [session] = [p.name for p in folder.iterdir() if p.is_dir() and p.name[0] != "."]
     assert stored_calls(state, session) == 3
+    assert assert_scan_agrees(folder, "copilot_cli", state, tmp_path / "proj") == "ok"

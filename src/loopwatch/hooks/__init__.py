@@ -1,5 +1,5 @@
 """Coding-agent hooks: ``loopwatch hook AGENT`` for Claude Code, Codex, Gemini CLI,
-GitHub Copilot CLI, OpenCode and Qwen Code.
+GitHub Copilot CLI, OpenCode, Qwen Code and Cursor.
 
 Each agent runs a command around every tool call with the call as JSON on stdin
 and reads the answer from the exit code, stdout and stderr (OpenCode through a
@@ -13,4 +13,6 @@ from __future__ import annotations
 
 __all__ = ["AGENTS"]
 
-AGENTS = ("claude-code", "codex", "gemini-cli", "copilot-cli", "opencode", "qwen-code")
+AGENTS = (
+    "claude-code", "codex", "gemini-cli", "copilot-cli", "opencode", "qwen-code", "cursor"
+)  # fmt: skip

@@ -35,9 +35,8 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from importlib import import_module
-from typing import Any, final
+from typing import Any, NamedTuple, final
 
 from ..state import DetectorState, RunState
 from ._log import log_call, log_failure
@@ -56,6 +55,7 @@ _PROTOCOLS = {
     "opencode": "opencode",
     "qwen-code": "qwen_code",
     "qwen": "qwen_code",
+    "cursor": "cursor",
 }
 _SEVERITY = {"ok": 0, "warn": 1, "skip": 2, "stop": 3}
 _TURN_SUFFIX = "\x00hook-turn"  # the store key of a run's turn marker
@@ -63,17 +63,16 @@ _AFTER_STOP = " Nothing runs in this session until the user's next message."
 _DOCTOR = "loopwatch_doctor"  # a payload with this key asks the hook to say what it is
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """What the hook process prints and exits with."""
+class Answer(NamedTuple):
+    """What the hook process prints and exits with. (A named tuple, not a dataclass:
+    building a dataclass at import costs a hook process about a millisecond.)"""
 
     exit_code: int = 0
     stdout: str = ""
     stderr: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """The guard's answer for one hook call, reduced to what a protocol needs.
 
     ``after_stop``: the session was stopped before this call (deny it, and end the
@@ -168,10 +167,12 @@ def _marker(store: Any, run_id: str, step: Callable[[HookTurn], Any]) -> Any:
     return store.apply(run_id + _TURN_SUFFIX, lambda s: step(s.slot("hook", HookTurn)), RunState)
 
 
-def new_turn(guard: Any, run_id: str, kind: str) -> tuple[bool, str, str]:
-    """Record this hook event's kind in the run's marker. Returns whether a tool call
-    here starts a new model turn (the previous hook event was a result or a prompt,
-    or there was none); on a result, the warning deferred to it (see
+def new_turn(guard: Any, run_id: str, kind: str, first: str = "") -> tuple[bool, str, str]:
+    """Record this hook event's kind (of its last event; ``first``: of its first, when
+    it brings several, as Cursor's afterFileEdit brings a call and its result) in the
+    run's marker. Returns whether a tool call here starts a new model turn (the
+    previous hook event was a result or a prompt, or there was none); on a result, the
+    warning deferred to it (see
     :func:`defer_warning`), taken out of the marker; and the stop message if the
     session is stopped (a user prompt lifts the stop)."""
 
@@ -183,7 +184,7 @@ def new_turn(guard: Any, run_id: str, kind: str) -> tuple[bool, str, str]:
             deferred, marker.warn = marker.warn, ""
         elif kind == "user":
             marker.stopped = ""
-        return kind == "tool_call" and last != "tool_call", deferred, marker.stopped
+        return (first or kind) == "tool_call" and last != "tool_call", deferred, marker.stopped
 
     result: tuple[bool, str, str] = _marker(guard.store, run_id, step)
     return result
@@ -244,7 +245,7 @@ def _judge(
     guard: Any, proto: Any, agent: str, run_id: str, events: list[Any], resumes: bool
 ) -> Outcome:
     kind = events[-1]["kind"] if events else ""
-    turn, deferred, stopped = new_turn(guard, run_id, kind)
+    turn, deferred, stopped = new_turn(guard, run_id, kind, events[0]["kind"] if events else "")
     if not events:  # the agent going on with its turn (Qwen Code's continuation)
         return Outcome("stop", stopped, after_stop=True) if stopped and resumes else ALLOW
     if turn:
@@ -412,9 +413,9 @@ def main(argv: list[str] | None = None, exit_now: bool = False) -> int:
     agent = args[0] if args else ""
     # The guard logs to the "loopwatch" logger (an outage, a reset state): a hook's
     # stderr is the agent's, and its own failures go to hook.log.
-    import logging
+    from .._logger import quiet
 
-    logging.getLogger("loopwatch").addHandler(logging.NullHandler())
+    quiet()
     if agent not in _PROTOCOLS:
         what = f"unknown agent {agent!r}" if agent else "no agent named"
         print(

@@ -24,7 +24,15 @@ from typing import Any
 
 from . import AGENTS
 from ._log import CALLS, FAILURES, parse_call, state_dir, tail
-from .install import _TARGETS, _events, _handler_command, _load, is_ours, project_root
+from .install import (
+    _TARGETS,
+    _events,
+    _handler_command,
+    _handlers,
+    _load,
+    is_ours,
+    project_root,
+)
 from .install import settings_path as _settings_path
 
 __all__ = ["check_command", "run"]
@@ -69,6 +77,24 @@ def check_command(command: str, agent: str) -> tuple[bool, str]:
     return True, f"loopwatch {reply['loopwatch']} ({reply.get('python')})"
 
 
+def _ours(data: Any, agent: str, flat: bool) -> tuple[list[str], list[str]]:
+    """loopwatch's hook commands in a hooks file, and the events it should hook that
+    have none of them (``flat``: handlers listed per event, else in matcher groups)."""
+    hooks = data.get("hooks") if isinstance(data, dict) else None
+    hooks = hooks if isinstance(hooks, dict) else {}
+    present = {
+        event: [
+            _handler_command(h)
+            for h in _handlers(groups, flat)
+            if is_ours(_handler_command(h), agent)
+        ]
+        for event, groups in hooks.items()
+        if isinstance(groups, list)
+    }
+    commands = [c for cs in present.values() for c in cs]
+    return commands, [e for e, _ in _events(agent) if not present.get(e)]
+
+
 def _inspect(agent: str, scope: str, path: Path) -> Install:
     found = Install(agent, scope, str(path))
     if not path.exists():
@@ -82,33 +108,9 @@ def _inspect(agent: str, scope: str, path: Path) -> Install:
                 commands = [json.loads(match.group(1))] if match else []
                 wanted: list[str] = []
             else:
-                data = json.loads(text)
-                hooks = data.get("hooks") if isinstance(data, dict) else None
-                hooks = hooks if isinstance(hooks, dict) else {}
-                commands = [
-                    _handler_command(h)
-                    for handlers in hooks.values()
-                    if isinstance(handlers, list)
-                    for h in handlers
-                    if is_ours(_handler_command(h), agent)
-                ]
-                wanted = [e for e, _ in _events(agent) if not hooks.get(e)]
+                commands, wanted = _ours(json.loads(text), agent, flat=True)
         else:
-            hooks = _load(path).get("hooks")
-            hooks = hooks if isinstance(hooks, dict) else {}
-            present = {
-                event: [
-                    _handler_command(h)
-                    for g in groups
-                    if isinstance(g, dict) and isinstance(g.get("hooks"), list)
-                    for h in g["hooks"]
-                    if is_ours(_handler_command(h), agent)
-                ]
-                for event, groups in hooks.items()
-                if isinstance(groups, list)
-            }
-            commands = [c for cs in present.values() for c in cs]
-            wanted = [e for e, _ in _events(agent) if not present.get(e)]
+            commands, wanted = _ours(_load(path), agent, flat=target.kind == "flat")
     except (OSError, ValueError) as exc:
         found.installed, found.ok, found.runs = True, False, f"unreadable: {exc}"
         return found

@@ -10,7 +10,9 @@ other setting and hook as it is, and prints what changed:
 * GitHub Copilot CLI: a file of its own, ``.github/hooks/loopwatch.json`` or
   ``$COPILOT_HOME/hooks/loopwatch.json`` (``~/.copilot``);
 * OpenCode: a plugin of its own, ``.opencode/plugins/loopwatch.js`` or
-  ``$XDG_CONFIG_HOME/opencode/plugins/loopwatch.js`` (``~/.config``).
+  ``$XDG_CONFIG_HOME/opencode/plugins/loopwatch.js`` (``~/.config``);
+* Cursor: ``.cursor/hooks.json`` or ``~/.cursor/hooks.json`` (its own format: a
+  list of ``{"command": ...}`` per event, no matcher groups).
 
 A project install goes to the root of the git repository the command runs in
 (the working directory outside one), and writes a command any teammate can run:
@@ -54,7 +56,9 @@ class _Target:
     project: str  # path under the project root
     user: str  # path under the user's folder for this agent
     user_env: str  # environment variable naming that folder ("" = the home folder)
-    kind: str  # "settings": hooks in a shared JSON file; "own": a file of loopwatch's
+    # "settings": hooks in matcher groups in a shared JSON file; "flat": handlers listed
+    # per event in a shared JSON file (Cursor); "own": a file of loopwatch's
+    kind: str
     timeout: int  # per hook call, in the agent's unit
     matcher: str = "*"
     named: bool = False  # Gemini CLI shows a hook's name in its warnings
@@ -77,6 +81,7 @@ _TARGETS: dict[str, _Target] = {
         "own",
         30_000,
     ),
+    "cursor": _Target(".cursor/hooks.json", ".cursor/hooks.json", "", "flat", 30),
 }
 _USER_DEFAULT = {"CODEX_HOME": ".codex", "COPILOT_HOME": ".copilot", "XDG_CONFIG_HOME": ".config"}
 # How older and current loopwatch commands name the agent they answer for.
@@ -200,17 +205,14 @@ def install(agent: str, path: Path, scope: str | None = None) -> list[str]:
         raise ValueError(f"'hooks' in {path} is not an object")
     command = hook_command(agent, scope)
     changes = []
+    flat = target.kind == "flat"
+    if flat and "version" not in data:
+        data = {"version": 1, **data}
     for event, takes_matcher in _events(agent):
         groups = hooks.setdefault(event, [])
         if not isinstance(groups, list):
             raise ValueError(f"'hooks.{event}' in {path} is not a list")
-        ours = [
-            h
-            for g in groups
-            if isinstance(g, dict) and isinstance(g.get("hooks"), list)
-            for h in g["hooks"]
-            if is_ours(_handler_command(h), agent)
-        ]
+        ours = [h for h in _handlers(groups, flat) if is_ours(_handler_command(h), agent)]
         if ours:
             for h in ours:
                 if h.get("command") != command:
@@ -219,6 +221,10 @@ def install(agent: str, path: Path, scope: str | None = None) -> list[str]:
             continue
         handler: dict[str, Any] = {"type": "command", "command": command}
         handler["timeout"] = target.timeout
+        if flat:
+            groups.append(handler)
+            changes.append(f"added the {event} hook")
+            continue
         if target.named:
             handler["name"] = "loopwatch"
         group: dict[str, Any] = {"hooks": [handler]}
@@ -229,6 +235,18 @@ def install(agent: str, path: Path, scope: str | None = None) -> list[str]:
     if changes:
         _write(path, json.dumps(data, indent=2) + "\n")
     return changes
+
+
+def _handlers(groups: list[Any], flat: bool) -> list[Any]:
+    """An event's hook handlers: listed directly (``flat``) or in matcher groups."""
+    if flat:
+        return [h for h in groups if isinstance(h, dict)]
+    return [
+        h
+        for g in groups
+        if isinstance(g, dict) and isinstance(g.get("hooks"), list)
+        for h in g["hooks"]
+    ]
 
 
 def _own_file(agent: str, scope: str) -> str:
@@ -270,7 +288,11 @@ def uninstall(agent: str, path: Path) -> list[str]:
             continue
         kept_groups = []
         for group in groups:
-            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+            if target.kind == "flat":
+                if is_ours(_handler_command(group), agent):
+                    changes.append(f"removed the {event} hook")
+                    continue
+            elif isinstance(group, dict) and isinstance(group.get("hooks"), list):
                 kept = [h for h in group["hooks"] if not is_ours(_handler_command(h), agent)]
                 if len(kept) != len(group["hooks"]):
                     changes.append(f"removed the {event} hook")
@@ -286,6 +308,8 @@ def uninstall(agent: str, path: Path) -> list[str]:
         return []
     if not hooks:
         del data["hooks"]
+        if target.kind == "flat" and data.get("version") == 1:
+            del data["version"]  # install added it with the hooks, or they need it no more
     if data:
         _write(path, json.dumps(data, indent=2) + "\n")
     else:

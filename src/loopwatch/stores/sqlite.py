@@ -31,7 +31,6 @@ open to others is tightened, and the change logged; a folder the user chose
 
 from __future__ import annotations
 
-import logging
 import os
 import sqlite3
 import threading
@@ -40,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from .._logger import log
 from ..durations import parse_duration
 from ..errors import StoreUnavailable
 from ..state import RunState
@@ -48,7 +48,6 @@ from .base import State, Store
 __all__ = ["SqliteStore", "default_state_path", "open_private", "private_folder"]
 
 T = TypeVar("T")
-log = logging.getLogger("loopwatch")
 
 _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS runs ("

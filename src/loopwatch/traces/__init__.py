@@ -6,7 +6,10 @@ sniffed from the content (:mod:`.sniff`); ``format=`` forces one. Supported:
 native JSON Lines (``jsonl``), OTLP JSON with the GenAI or OpenInference
 conventions (``otlp``), OpenAI Agents SDK exports (``openai_agents``),
 LangSmith runs (``langsmith``), Langfuse traces and observations
-(``langfuse``), Claude Code sessions (``claude_code``) and deepeval span
+(``langfuse``), the session logs of coding CLIs (Claude Code ``claude_code``,
+Codex ``codex``, Gemini CLI ``gemini_cli``, Qwen Code ``qwen_code``, GitHub Copilot
+CLI ``copilot_cli``, OpenCode ``opencode``: its ``opencode export`` JSON, or its
+SQLite database, recognised by its magic bytes), deepeval span
 trees (``deepeval``, when its reader is installed), and Parquet or Arrow
 files with one row per event (:mod:`.columnar`, recognised by their magic bytes).
 ``.gz`` files are decompressed on the fly, ``-`` is stdin, and a directory stands
@@ -21,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from .base import InputError, TraceRun, open_text
 from .columnar import COLUMNAR_SUFFIXES, is_columnar, read_columnar
 from .jsonl import parse_run
+from .opencode import DB_NAME, is_sqlite, read_database
 from .sniff import FORMATS as _TEXT_FORMATS
 from .sniff import detect, read_path
 
@@ -68,6 +72,8 @@ def read_file(
     earlier columnar files of the same input (see :func:`.columnar.read_columnar`)."""
     if format == "columnar" or (format is None and is_columnar(file)):
         yield from read_columnar(file, columnar_runs)
+    elif format in (None, "opencode") and is_sqlite(file):
+        yield from read_database(file)
     else:
         yield from read_path(file, format)
 
@@ -97,7 +103,8 @@ def no_trace_files(path: str) -> InputError:
 
 
 def trace_files(path: str) -> list[str]:
-    """A directory stands for the trace files under it (``~/.claude/projects``), sorted;
+    """A directory stands for the trace files under it (``~/.claude/projects``; an
+    OpenCode database counts by its name, ``opencode.db``), sorted;
     an empty list when it holds none (see :func:`no_trace_files`)."""
     if path == "-" or not os.path.isdir(path):
         return [path]
@@ -105,6 +112,6 @@ def trace_files(path: str) -> list[str]:
         os.path.join(folder, name)
         for folder, _, names in os.walk(path)
         for name in names
-        if name.endswith(_TRACE_SUFFIXES)
+        if name.endswith(_TRACE_SUFFIXES) or name == DB_NAME
     ]
     return sorted(found)

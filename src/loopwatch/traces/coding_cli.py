@@ -40,6 +40,7 @@ from .base import InputError, TraceRun
 __all__ = [
     "CodexReader",
     "GeminiSessionReader",
+    "SessionLog",
     "codex_looks_like",
     "gemini_looks_like",
 ]
@@ -85,15 +86,18 @@ def _text(parts: Any) -> str:
     return ""
 
 
-class CodexReader(Reader):
-    """A rollout file: one session; yielded when the file ends."""
+class SessionLog(Reader):
+    """A coding CLI's session log: one session per file, one record per line, read in
+    order into ``events`` by :meth:`take`; the run is yielded when the file ends."""
+
+    FORMAT = ""
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
         self.run_id: str | None = None
-        self.meta: dict[str, Any] = {"format": "codex"}
+        self.meta: dict[str, Any] = {"format": self.FORMAT}
         self.events: list[dict[str, Any]] = []
-        self.names: dict[str, str] = {}
+        self.names: dict[str, Any] = {}  # call id -> tool name, for results that lack it
         self.line: int | None = None
 
     def feed(self, obj: Any, line: int | None) -> Iterator[Item]:
@@ -102,6 +106,24 @@ class CodexReader(Reader):
             return
         if self.line is None:
             self.line = line
+        self.take(obj)
+
+    def take(self, obj: dict[str, Any]) -> None:
+        """One record of the log."""
+        raise NotImplementedError
+
+    def finish(self) -> Iterator[Item]:
+        if self.run_id is None and not self.events:
+            return
+        yield TraceRun(self.run_id or self.path, self.events, self.meta, {}, self.path, self.line)
+
+
+class CodexReader(SessionLog):
+    """A rollout file: one session; yielded when the file ends."""
+
+    FORMAT = "codex"
+
+    def take(self, obj: dict[str, Any]) -> None:
         payload = obj.get("payload")
         if not isinstance(payload, Mapping):
             return
@@ -156,12 +178,6 @@ class CodexReader(Reader):
             call_id = item.get("call_id")
             text, failed = _codex_output(item.get("output"))
             events.append(tool_result(self.names.get(str(call_id)), call_id, text, failed))
-
-    def finish(self) -> Iterator[Item]:
-        if self.run_id is None and not self.events:
-            return
-        run_id = self.run_id or self.path
-        yield TraceRun(run_id, self.events, self.meta, {}, self.path, self.line)
 
 
 def _codex_output(output: Any) -> tuple[str, bool]:

@@ -29,7 +29,17 @@ from typing import Any, Final
 
 import orjson
 
-from . import claude_code, coding_cli, langfuse, langsmith, openai_agents, otlp
+from . import (
+    claude_code,
+    coding_cli,
+    copilot_cli,
+    langfuse,
+    langsmith,
+    openai_agents,
+    opencode,
+    otlp,
+    qwen_code,
+)
 from ._common import Item, Reader
 from .base import InputError, TraceRun, open_binary
 from .jsonl import Understanding, parse_run
@@ -132,9 +142,12 @@ _FORMATS: dict[str, tuple[Callable[[Any], bool], Callable[[str], Reader]]] = {
     "openai_agents": (openai_agents.looks_like, openai_agents.OpenAIAgentsReader),
     "langsmith": (langsmith.looks_like, langsmith.LangSmithReader),
     "langfuse": (langfuse.looks_like, langfuse.LangfuseReader),
+    "qwen_code": (qwen_code.looks_like, qwen_code.QwenCodeReader),
     "claude_code": (claude_code.looks_like, claude_code.ClaudeCodeReader),
     "codex": (coding_cli.codex_looks_like, coding_cli.CodexReader),
     "gemini_cli": (coding_cli.gemini_looks_like, coding_cli.GeminiSessionReader),
+    "copilot_cli": (copilot_cli.looks_like, copilot_cli.CopilotCliReader),
+    "opencode": (opencode.looks_like, opencode.OpencodeExportReader),
 }
 FORMATS = (*_FORMATS, "deepeval")
 
