@@ -49,8 +49,10 @@ def repeating(command: str, times: int = STUBBORN) -> Iterator[str]:
 
 # RepeatedCall's former thresholds, warn at the 3rd identical call and stop at the 5th:
 # the defaults stop the 3rd after two same results with no warning first, and the tests
-# that check the warning reached the model before the stop pin them in the project.
-WARN_THEN_STOP = "[repeated_call]\nstop_at = 5\n"
+# that check the warning reached the model before the stop pin them in the project,
+# with ErrorLoop's stop of a re-sent failing call (the 3rd same error) off: it would
+# stop on the 3rd result, before the 5th call is denied.
+WARN_THEN_STOP = "[repeated_call]\nstop_at = 5\n[error_loop]\nresent_stop_at = 0\n"
 
 
 def project_config(tmp_path: Path, toml: str) -> None:
