@@ -189,7 +189,14 @@ def _record_call(
         state.epoch += 1
     seen[norm] = seen.get(norm, 0) + 1
     rec = CallRecord(
-        step, event.call_key, norm, event.name or "", novel, _args_preview(event, extra), state.turn
+        step,
+        event.call_key,
+        norm,
+        event.name or "",
+        novel,
+        _args_preview(event, extra),
+        state.turn,
+        event.command is not None,
     )
     calls = state.calls
     calls.append(rec)

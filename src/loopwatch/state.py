@@ -53,7 +53,7 @@ __all__ = [
 # Bumped whenever the serialised shape changes; a state of another version is refused.
 # 3: JSON arrays in a zstd frame, without ``seen`` (2 and older: bare JSON arrays).
 # 4: the user's news (``news_step``, ``uspec``) and the pending reflection (``quiet``).
-STATE_VERSION: Final = 4
+STATE_VERSION: Final = 5
 # What a serialised state starts with, before its version byte. JSON never starts
 # with it, so a state of format 2 or older is told apart and refused by its version.
 _MAGIC: Final = b"LWS"
@@ -258,10 +258,20 @@ class Tally(Record):
 class CallRecord(Record):
     """One tool call in the run's shared window of recent calls."""
 
-    __slots__ = ("args", "key", "name", "norm", "novel", "result", "rstep", "step", "turn")
+    __slots__ = (
+        "args", "key", "name", "norm", "novel", "result", "rstep", "shell", "step", "turn",
+    )  # fmt: skip
 
     def __init__(
-        self, step: int, key: str, norm: str, name: str, novel: bool, args: str, turn: int
+        self,
+        step: int,
+        key: str,
+        norm: str,
+        name: str,
+        novel: bool,
+        args: str,
+        turn: int,
+        shell: bool = False,
     ) -> None:
         self.step = step  # event index of the tool_call
         self.key = key  # exact call key (tool + canonical arguments)
@@ -272,6 +282,7 @@ class CallRecord(Record):
         self.novel = novel  # the normalised key was not in the window when called
         self.args = args  # short preview of the arguments, for messages
         self.turn = turn  # the model turn it was issued in (calls of one turn = a batch)
+        self.shell = shell  # a shell command line: its output is no page (events.Event.command)
 
     # Written out field by field (in slot order, as Record.dump): the window holds 32
     # of these, and native attribute reads cost a fraction of the generic lookup.
@@ -284,16 +295,17 @@ class CallRecord(Record):
             self.novel,
             self.result,
             self.rstep,
+            self.shell,
             self.step,
             self.turn,
         ]
 
     @classmethod
     def load(cls, data: Any) -> CallRecord:
-        if not isinstance(data, list) or len(data) != 9:
-            raise StateError("CallRecord: expected 9 fields")
-        args, key, name, norm, novel, result, rstep, step, turn = data
-        rec = CallRecord(step, key, norm, name, novel, args, turn)
+        if not isinstance(data, list) or len(data) != 10:
+            raise StateError("CallRecord: expected 10 fields")
+        args, key, name, norm, novel, result, rstep, shell, step, turn = data
+        rec = CallRecord(step, key, norm, name, novel, args, turn, shell)
         rec.result = result
         rec.rstep = rstep
         return rec

@@ -162,3 +162,17 @@ def test_a_broken_configuration_lets_calls_through_and_says_so_once(project: Pat
     assert "on_lop" in told[0]
     failures = Path(cursor.env["LOOPWATCH_STATE"]).parent / "hook.log"
     assert "on_lop" in failures.read_text()
+
+
+def test_a_result_cursor_gives_no_exit_code_for_has_no_known_outcome() -> None:
+    from loopwatch.events import Event
+    from loopwatch.hooks import cursor
+
+    def result(output: str) -> Event:
+        (event,) = cursor.events({"hook_event_name": "afterShellExecution", "output": output})
+        assert "error" not in event  # not recorded: unknown, not "succeeded"
+        return Event.from_dict(event)
+
+    # so FORMAT.md's convention decides: a text that says it failed is an error
+    assert result('Traceback (most recent call last):\n  File "x.py"').error is True
+    assert result("3 files changed").error is False

@@ -232,18 +232,22 @@ class Showing(Record):
         self.steps = [step]
 
 
-def show_page(pages: dict[str, list[Showing]], event: Event, step: int) -> Showing | None:
-    """Note that a result shows a page, in a detector's ``pages`` (address
+def show_page(pages: dict[str, list[Showing]], ctx: Context) -> Showing | None:
+    """Note that this result shows a page, in a detector's ``pages`` (address
     fingerprint -> the distinct pages it showed, LRU, 8 x 8); return the page's
     record (``count`` 1 when it is new), or None when the result is no page.
 
-    A page is a recorded result that names an address near its start
-    (:func:`~loopwatch.events.page_address`) and has words enough to sketch; two
+    A page is a recorded result, not of a shell command (a command's output quoting
+    a URL, an SVG's namespace, is no page: measured, a SWE run printing an SVG was
+    stopped as a revisit), that names an address near its start
+    (:func:`~loopwatch.fingerprints.page_address`) and has words enough to sketch; two
     showings of one address are the same page when their sketches overlap by
-    :data:`~loopwatch.events.SAME_PAGE` (another OCR or scroll percentage of an
+    :data:`~loopwatch.fingerprints.SAME_PAGE` (another OCR or scroll percentage of an
     unchanged page is the same; another screen of a scrolled page is not).
     """
-    if not event.text_known:
+    event = ctx.event
+    call = ctx.call
+    if not event.text_known or (call is not None and call.shell):
         return None
     address = page_address(event.text)
     if address is None:
@@ -251,6 +255,7 @@ def show_page(pages: dict[str, list[Showing]], event: Event, step: int) -> Showi
     sketch = event.sketch
     if sketch is None:
         return None
+    step = ctx.step
     key = fingerprint(address)
     shown = pages.pop(key, None) or []
     pages[key] = shown  # most recently shown last

@@ -138,7 +138,7 @@ class RepeatedInstruction(Detector):
         shared fingerprints), and, for a page, not a page its address already showed."""
         if not ctx.novel:
             return False
-        page = show_page(st.pages, ctx.event, ctx.step)
+        page = show_page(st.pages, ctx)
         return page is None or page.count == 1
 
     @staticmethod

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Final, final
+from typing import Any, final
 
-from ..events import TOOL_CALL, TOOL_RESULT, USER
+from ..events import TOOL_RESULT, USER
 from ..findings import Finding, Severity
 from ..fingerprints import page_address
 from ..state import DetectorState
@@ -17,31 +17,27 @@ from .base import (
     preview,
     severity_for,
     show_page,
-    trim,
 )
 
 __all__ = ["RevisitedPage"]
 
-_SHELL_MAX: Final = 8  # shell calls still waiting for their result
-
 
 @final
 class RevisitState(DetectorState):
-    """The pages each recent address showed, and the shell calls awaiting a result."""
+    """The pages each recent address showed."""
 
-    __slots__ = ("pages", "shell")
+    __slots__ = ("pages",)
 
     def __init__(self) -> None:
         self.pages: dict[str, list[Showing]] = {}  # see base.show_page
-        self.shell: list[int] = []  # steps of shell calls: their output is no page
 
     def dump(self) -> Any:
-        return [dump_pages(self.pages), self.shell]
+        return [dump_pages(self.pages)]
 
     @classmethod
     def load(cls, data: Any) -> RevisitState:
         st = cls()
-        pages, st.shell = data
+        (pages,) = data
         st.pages = load_pages(pages)
         return st
 
@@ -55,10 +51,10 @@ class RevisitedPage(Detector):
     a search typed anew, a re-plan), so no call repeats.
 
     A *page* is a result that names an address near its start (browser tools echo
-    the URL: :func:`~loopwatch.events.page_address`), from a call that is not a
+    the URL: :func:`~loopwatch.fingerprints.page_address`), from a call that is not a
     shell command (a command's output quoting a URL is not a page). Two showings of
     one address are the same page when their word sketches overlap by
-    :data:`~loopwatch.events.SAME_PAGE` (a re-read whose OCR, scroll percentage or
+    :data:`~loopwatch.fingerprints.SAME_PAGE` (a re-read whose OCR, scroll percentage or
     timestamp differs is the same; another screen of a scrolled page is not). A user
     turn that brings something new starts the count again (a separate request may
     send the agent back to a page it read for the last one).
@@ -75,7 +71,7 @@ class RevisitedPage(Detector):
     """
 
     name = "revisited_page"
-    kinds = frozenset({TOOL_CALL, TOOL_RESULT, USER})
+    kinds = frozenset({TOOL_RESULT, USER})
 
     def __init__(self, warn_at: int = 3, stop_at: int | None = None) -> None:
         self.warn_at = warn_at
@@ -85,20 +81,11 @@ class RevisitedPage(Detector):
         st = ctx.state.slot(self.name, RevisitState)
         ev = ctx.event
         kind = ev.kind
-        if kind == TOOL_CALL:
-            if ev.command is not None:
-                st.shell.append(ctx.step)
-                trim(st.shell, _SHELL_MAX)
-            return None
         if kind == USER:
             if ctx.state.news_step == ctx.step:
                 st.pages.clear()
             return None
-        rec = ctx.call
-        if rec is not None and rec.step in st.shell:
-            st.shell.remove(rec.step)
-            return None
-        page = show_page(st.pages, ev, ctx.step)
+        page = show_page(st.pages, ctx)
         if page is None or page.count < 2:
             return None
         severity = severity_for(page.count, self.warn_at, self.stop_at)

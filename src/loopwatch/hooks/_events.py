@@ -129,8 +129,12 @@ def tool_call(name: Any, args: Any, call_id: Any) -> dict[str, Any]:
     return event
 
 
-def tool_result(name: Any, call_id: Any, response: Any, error: bool) -> dict[str, Any]:
-    event: dict[str, Any] = {"kind": "tool_result", "name": str(name or ""), "error": bool(error)}
+def tool_result(name: Any, call_id: Any, response: Any, error: bool | None) -> dict[str, Any]:
+    """A result; ``error`` None when the source does not say whether it failed (the
+    flag is left out: FORMAT.md's convention reads an ``Error: ...`` text as one)."""
+    event: dict[str, Any] = {"kind": "tool_result", "name": str(name or "")}
+    if error is not None:
+        event["error"] = bool(error)
     if response is None:
         event["unknown"] = ["text"]  # no result in the payload: unknown, not empty
     else:

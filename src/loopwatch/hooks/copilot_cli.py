@@ -60,7 +60,7 @@ def events(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
     if event == POST:
         result = payload.get("toolResult")
         if not isinstance(result, Mapping):
-            return [tool_result(name, None, None, False)]
+            return [tool_result(name, None, None, None)]
         text, failed = copilot_result(str(result.get("textResultForLlm") or ""))
         failed = failed or result.get("resultType") == "failure"
         return [tool_result(name, None, text, failed)]

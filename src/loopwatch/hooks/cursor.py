@@ -86,12 +86,12 @@ def events(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
     if event == BEFORE_SHELL:
         return [tool_call(SHELL, {"command": payload.get("command")}, None)]
     if event == AFTER_SHELL:
-        return [tool_result(SHELL, None, payload.get("output"), False)]
+        return [tool_result(SHELL, None, payload.get("output"), None)]
     if event == BEFORE_MCP:
         return [tool_call(payload.get("tool_name"), _json(payload.get("tool_input")), None)]
     if event == AFTER_MCP:
         return [tool_result(payload.get("tool_name"), None, _json(payload.get("result_json")),
-                            False)]  # fmt: skip
+                            None)]  # fmt: skip
     if event == AFTER_EDIT:
         args = {"file_path": payload.get("file_path"), "edits": payload.get("edits")}
         return [tool_call(EDIT, args, None), tool_result(EDIT, None, None, False)]
