@@ -92,7 +92,11 @@ class ReplyState(DetectorState):
         self.steps: list[int] = []  # evidence: the restating replies and user turns
 
     def dump(self) -> Any:
-        return [self.acted, self.count, self.pending, self.replies, self.start, self.steps]
+        # the reply awaiting the user's turn is the one text this state keeps: redacted
+        # when the state is written, not on every model output (most never become a
+        # reply); _judge reads it redacted too, so a round trip changes nothing
+        pending = None if self.pending is None else redact(self.pending)
+        return [self.acted, self.count, pending, self.replies, self.start, self.steps]
 
     @classmethod
     def load(cls, data: Any) -> ReplyState:
@@ -179,8 +183,8 @@ class RestatedReply(Detector):
             if ev.to is not None and ev.to.lower() != "user":
                 return None  # a message to another agent, not a reply
             if ev.text_known and ev.text and not ev.text.isspace():
-                # kept in the run state until the user's turn: secrets redacted
-                st.pending = redact(ev.text[:_REPLY_CHARS])
+                # kept in the run state until the user's turn (redacted at rest: dump)
+                st.pending = ev.text[:_REPLY_CHARS]
             return None
         if kind == TOOL_CALL:
             st.pending = None  # the agent acted: its text before the call is no reply
@@ -193,7 +197,7 @@ class RestatedReply(Detector):
         # a user turn: judge the reply it answers, then see what the user brought
         reply, st.pending = st.pending, None
         acted, st.acted = st.acted, False
-        finding = None if reply is None else self._judge(ctx, st, reply, acted)
+        finding = None if reply is None else self._judge(ctx, st, redact(reply), acted)
         if ctx.state.news_step == ctx.step and st.replies:
             st.restart()
         return finding
