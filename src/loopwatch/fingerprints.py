@@ -182,12 +182,34 @@ def page_address(text: str) -> str | None:
 
 
 def sketch_similarity(a: list[int], b: list[int]) -> float:
-    """Estimated Jaccard similarity of the word sets behind two sketches."""
-    sa, sb = set(a), set(b)
-    merged = sorted(sa | sb)[:_SKETCH_SIZE]
-    if not merged:
-        return 0.0
-    return sum(1 for h in merged if h in sa and h in sb) / len(merged)
+    """Estimated Jaccard similarity of the word sets behind two sketches: of the
+    smallest 64 hashes of their union, the share both hold. Sketches are sorted, so
+    one merge walks the union in order (no sets, no sort: a page re-shown is compared
+    with up to 8 earlier screens)."""
+    i = j = taken = both = 0
+    na, nb = len(a), len(b)
+    last = -1  # hashes are >= 0: a repeated hash (two words colliding) counts once
+    while taken < _SKETCH_SIZE and (i < na or j < nb):
+        if j >= nb or (i < na and a[i] < b[j]):
+            h = a[i]
+            i += 1
+            shared = False
+        elif i >= na or b[j] < a[i]:
+            h = b[j]
+            j += 1
+            shared = False
+        else:
+            h = a[i]
+            i += 1
+            j += 1
+            shared = True
+        if h == last:
+            continue
+        last = h
+        taken += 1
+        if shared:
+            both += 1
+    return both / taken if taken else 0.0
 
 
 def mask_volatile(text: str) -> str:

@@ -12,7 +12,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from loopwatch import Event
-from loopwatch.fingerprints import mask_volatile, normalise_text
+from loopwatch.fingerprints import mask_volatile, normalise_text, sketch_similarity
 
 
 def call(name: str, args: object) -> Event:
@@ -312,3 +312,20 @@ def test_the_sketch_splits_ascii_words_at_control_characters_and_underscores() -
         assert page_sketch(text) is not None and page_sketch(text) == _reference_sketch(text)
     # short words are not read, and too few long ones make no sketch
     assert page_sketch(" ".join(f"w{i}" for i in range(100))) is None
+
+
+_HASHES = st.lists(st.integers(0, 2**32 - 1) | st.integers(0, 40), max_size=90).map(
+    lambda xs: sorted(xs)[:64]
+)
+
+
+@given(a=_HASHES, b=_HASHES)
+@example(a=[], b=[])
+@example(a=[3, 3, 5], b=[3, 5, 5])  # colliding hashes count once
+def test_sketch_similarity_is_the_share_of_the_smallest_union_hashes_both_hold(
+    a: list[int], b: list[int]
+) -> None:
+    """The merge walk gives the bottom-k estimate as its definition states it."""
+    union = sorted(set(a) | set(b))[:64]
+    expected = sum(1 for h in union if h in a and h in b) / len(union) if union else 0.0
+    assert sketch_similarity(a, b) == expected
