@@ -19,9 +19,15 @@ from mypy_extensions import mypyc_attr
 from .detectors.base import Context, Detector
 from .events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER, Event
 from .findings import Finding, Severity
-from .fingerprints import is_reflection, reflection_tool
+from .fingerprints import (
+    declared_wait,
+    is_reflection,
+    reflection_tool,
+    reports_pending,
+    waiting_tool,
+)
 from .redact import compile_patterns, redact, redact_extra
-from .state import CallRecord, RunState
+from .state import WARNED_MAX, CallRecord, RunState
 from .text import args_text, fingerprint, negative, preview, specifics
 
 __all__ = ["CALL_WINDOW", "Engine", "new_state"]
@@ -30,7 +36,6 @@ __all__ = ["CALL_WINDOW", "Engine", "new_state"]
 # (24 calls) plus slack; a repeat farther back than this counts as new again.
 CALL_WINDOW: Final = 32
 _PENDING_MAX: Final = 64
-_WARNED_MAX: Final = 256
 
 
 _RESULTS_SEEN_MAX: Final = 64  # result / user-input fingerprints remembered per run
@@ -158,7 +163,7 @@ class Engine:
                 if key in warned:
                     continue
                 warned[key] = step
-                if len(warned) > _WARNED_MAX:
+                if len(warned) > WARNED_MAX:
                     del warned[next(iter(warned))]
             findings.append(found)
         if findings and self.redact:
@@ -175,19 +180,22 @@ def _redacted(found: Finding, extra: tuple[Pattern[str], ...]) -> Finding:
         found.steps,
         redact_extra(found.message, extra),
         found.pattern,
+        found.decisive,
     )
 
 
 def _record_call(
     state: RunState, event: Event, step: int, extra: tuple[Pattern[str], ...]
 ) -> CallRecord:
-    """Append the call to the shared window; mark it novel if its key is new there."""
+    """Append the call to the shared window; mark it novel if its key is new there,
+    and a poll if it waits (:func:`_waits`)."""
     norm = event.norm_key
     seen = state.seen
     novel = norm not in seen
     if novel:
         state.epoch += 1
     seen[norm] = seen.get(norm, 0) + 1
+    command = event.command
     rec = CallRecord(
         step,
         event.call_key,
@@ -196,9 +204,19 @@ def _record_call(
         novel,
         _args_preview(event, extra),
         state.turn,
-        event.command is not None,
+        command is not None,
     )
     calls = state.calls
+    if waiting_tool(event.name) or (command is not None and declared_wait(command) is not None):
+        rec.poll = True
+        state.wait_step = step
+    elif not novel and state.wait_step >= 0:
+        # the same call again after a wait (or after a pending status) since it was
+        # last made: checking again
+        for earlier in reversed(calls):
+            if earlier.norm == norm:
+                rec.poll = earlier.poll or earlier.step < state.wait_step
+                break
     calls.append(rec)
     state.ncalls += 1
     if len(calls) > CALL_WINDOW:
@@ -270,6 +288,9 @@ def _record_result(state: RunState, event: Event, step: int) -> CallRecord | Non
         return None
     rec.result = event.result_key
     rec.rstep = step
+    if not event.error and event.text_known and reports_pending(event.text):
+        rec.poll = True  # a status check that says "not yet": polling
+        state.wait_step = step
     if rec.novel and (event.error or negative(event.text)):
         # A new call that failed, or a lookup that found nothing, taught nothing:
         # take back the progress its call counted, so a repeat around failed

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any, Final
 
 from .fingerprints import (
@@ -37,6 +38,7 @@ __all__ = [
     "TOOL_RESULT",
     "USER",
     "Event",
+    "event_time",
 ]
 
 
@@ -98,6 +100,28 @@ def _never_equal() -> str:
     """A key for a value the trace did not record: random, so it equals no other key
     in any process (a counter would collide between workers sharing a store)."""
     return "?" + os.urandom(8).hex()[1:]
+
+
+_TS_FIELDS: Final = ("ts", "timestamp", "time")
+
+
+def event_time(extra: dict[str, Any] | None) -> float | None:
+    """Seconds since the epoch from an event's ``ts``/``timestamp``/``time`` field
+    (a number, or an ISO-8601 string); None when absent or unreadable."""
+    if not extra:
+        return None
+    for field in _TS_FIELDS:
+        value = extra.get(field)
+        if value is None:
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                return None
+    return None
 
 
 def _float(value: Any) -> float:
@@ -258,6 +282,12 @@ class Event:
         if self.extra:
             out.update(self.extra)
         return out
+
+    @property
+    def time(self) -> float | None:
+        """When the event happened, if the trace says (its ``ts``, ``timestamp`` or
+        ``time`` field: seconds since the epoch or ISO-8601); None when it does not."""
+        return event_time(self.extra)
 
     @property
     def args_known(self) -> bool:

@@ -29,6 +29,7 @@ __all__ = [
     "DESCRIBING_KEYS",
     "SAME_PAGE",
     "canonical_args",
+    "declared_wait",
     "fold_and_mask",
     "is_noop_command",
     "is_reflection",
@@ -40,9 +41,11 @@ __all__ = [
     "page_address",
     "page_sketch",
     "reflection_tool",
+    "reports_pending",
     "shell_command",
     "sketch_similarity",
     "tool_key",
+    "waiting_tool",
 ]
 
 _hexdigest = xxhash.xxh3_64_hexdigest
@@ -749,3 +752,76 @@ def _normalise_value(value: Any, depth: int = 0, path: set[int] | None = None) -
 # Caches of fingerprints (the reflection tool names here, an event's normalised call,
 # result and outcome keys in events.py) hold at most this many entries; cleared when full.
 _NORM_CACHE_MAX: Final = 16384
+
+
+# -- waiting ---------------------------------------------------------------------
+# A call that waits for something is polling, not looping (detectors.wait.WaitBudget).
+# Its command waits: ``sleep 30``, ``watch ...``, ``--watch``, ``--wait``, ``wait``;
+# the number is its duration in seconds (``5m``, ``2h`` and ``1.5`` read too), 0
+# when it does not say. ``timeout 60 pytest`` bounds a command, it waits for nothing.
+_WAIT_COMMAND: Final = re.compile(
+    r"(?:^|[\s;&|(`])sleep\s+(\d+(?:\.\d+)?)([smhd]?)\b"
+    r"|(?:^|[\s;&|(`])(?:watch|wait)(?=$|[\s;&|)`])"
+    r"|\s--(?:watch|wait)\b"
+)
+_UNIT_SECONDS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_WAIT_CHARS: Final = 2000
+# Tool names whose words say they wait (wait_for_job, sleep, poll_status, watchRun).
+_WAIT_WORDS: Final = frozenset({"wait", "sleep", "poll", "watch"})
+_NAME_WORD: Final = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+_WAIT_NAMES: dict[str, bool] = {}  # tool name -> waiting_tool(name), bounded
+
+
+def waiting_tool(name: str | None) -> bool:
+    """Whether a tool's name says it waits: a word of it is wait, sleep, poll or watch
+    (``wait_for_job``, ``sleep``, ``poll_status``, ``watchRun``; cached)."""
+    if not name:
+        return False
+    known = _WAIT_NAMES.get(name)
+    if known is None:
+        known = not _WAIT_WORDS.isdisjoint(w.lower() for w in _NAME_WORD.findall(name))
+        if len(_WAIT_NAMES) >= _NORM_CACHE_MAX:
+            _WAIT_NAMES.clear()
+        _WAIT_NAMES[name] = known
+    return known
+
+
+def declared_wait(command: str) -> float | None:
+    """The seconds a shell command says it waits (``sleep 30``: the longest such
+    number), 0.0 for a wait of no stated length (``--watch``, ``wait``), or None when
+    it does not wait."""
+    if "sleep" not in command and "wait" not in command and "watch" not in command:
+        return None  # the common case, decided without a regular expression
+    longest: float | None = None
+    for match in _WAIT_COMMAND.finditer(command, 0, _WAIT_CHARS):
+        number, unit = match.group(1), match.group(2)
+        seconds = float(number) * _UNIT_SECONDS[unit or ""] if number else 0.0
+        if longest is None or seconds > longest:
+            longest = seconds
+    return longest
+
+
+# A result that reports a status still pending: a short text, or a status field, that
+# says pending / queued / in progress / running / waiting / not ready / starting...
+_PENDING: Final = (
+    r"pending|queued|in[ _-]progress|running|waiting|not[ _-]ready|starting|processing"
+    r"|scheduled|building|deploying|provisioning|initiali[sz]ing"
+)
+_PENDING_FIELD: Final = re.compile(
+    rf"\b(?:status|state|phase)\b[\"']?\s*[:=]\s*[\"']?(?:{_PENDING})\b", re.IGNORECASE
+)
+_PENDING_WORD: Final = re.compile(rf"\b(?:{_PENDING})\b", re.IGNORECASE)
+_PENDING_SHORT: Final = 160  # a bare status line ("Job 42: running") is this short
+
+
+def reports_pending(text: str) -> bool:
+    """Whether a result reports that something is not finished yet: a status field
+    saying so (``"status": "in_progress"``, ``state=queued``), or a short text with
+    such a word ("Deployment pending", "job 42 still running"). A long output that
+    mentions "running" somewhere (a test log) is not a status."""
+    if len(text) <= _PENDING_SHORT:
+        return _PENDING_WORD.search(text) is not None
+    head = text[:_WAIT_CHARS]
+    if "tatus" not in head and "tate" not in head and "hase" not in head:
+        return False  # most long results: no status field, no regular expression
+    return _PENDING_FIELD.search(head) is not None

@@ -100,6 +100,8 @@ class ErrorLoop(Detector):
         errs, tools = st.errors, st.tools
         ev = ctx.event
         rec = ctx.call
+        if rec is not None and rec.poll:
+            return None  # a service not up yet while the agent waits for it: WaitBudget
         tool = ev.name or (rec.name if rec else "")
         if ev.kind == USER:
             # A user turn that brings something new (RunState.news_step) resets both

@@ -129,6 +129,8 @@ class Futility(Detector):
                 return self._progress(st)
             return self._futile(ctx, st, _USER, "the user", _USER_WEIGHT)
         rec = ctx.call
+        if rec is not None and rec.poll:
+            return None  # the same status while waiting is neither futile nor progress
         if rec is not None and rec.step in st.noops:
             st.noops.remove(rec.step)
             return self._futile(ctx, st, _NOOP, rec.name, _NOOP_WEIGHT)

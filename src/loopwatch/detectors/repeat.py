@@ -153,8 +153,8 @@ class RepeatedCall(Detector):
 
     def observe(self, ctx: Context) -> Finding | None:
         rec = ctx.call
-        if rec is None:
-            return None
+        if rec is None or rec.poll:
+            return None  # checking again on something waited for: WaitBudget judges it
         streaks = ctx.state.slot(self.name, RepeatState).by_key
         norm = rec.norm
         if ctx.event.kind == TOOL_RESULT:
@@ -182,15 +182,14 @@ class RepeatedCall(Detector):
             del streaks[next(iter(streaks))]
         count = entry.count
         severity = severity_for(count, self.warn_at, self.stop_at)
-        if severity is None:
-            if rec.novel or entry.result is None:
-                return None
-            return self._restarts(ctx, rec, entry.result)
-        if severity is Severity.STOP and entry.results < 2:
-            # fewer than two results of this call observed (calls proposed, not run):
-            # the repeats are certain, "the same result each time" is not
-            severity = Severity.WARN
-        return self._finding(ctx, rec, entry, severity)
+        if severity is not None and entry.results >= count - 1:
+            return self._finding(ctx, rec, entry, severity)
+        # Not every earlier call of the streak returned (calls proposed and never run,
+        # a screenshot agent whose screens are not in the trace, a result not yet
+        # seen): identical calls prove nothing by themselves, their outcome is unknown.
+        if rec.novel or entry.result is None:
+            return None
+        return self._restarts(ctx, rec, entry.result)
 
     @staticmethod
     def _continues(ctx: Context, entry: Streak, epoch: int) -> bool:
@@ -249,9 +248,7 @@ class RepeatedCall(Detector):
     def _finding(self, ctx: Context, rec: CallRecord, entry: Streak, severity: Severity) -> Finding:
         count = entry.count
         same = "the same arguments" if entry.exact else "the same (reworded) arguments"
-        if entry.result is None:
-            result = "no new result"
-        elif entry.result.startswith("E"):
+        if entry.result is not None and entry.result.startswith("E"):
             result = "the same error each time"
         else:
             result = "the same result each time"
