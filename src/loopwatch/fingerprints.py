@@ -36,11 +36,13 @@ __all__ = [
     "looks_like_error",
     "mask_volatile",
     "maybe_json",
+    "moves_view",
     "normalise_text",
     "outcome_signature",
     "page_address",
     "page_sketch",
     "reflection_tool",
+    "reports_failure",
     "reports_pending",
     "shell_command",
     "sketch_similarity",
@@ -154,6 +156,23 @@ def page_sketch(text: str) -> list[int] | None:
     if len(found) < _PAGE_MIN_WORDS:
         return None
     return sorted([_xxh32(w.encode(_UTF8, _LONE)) for w in found])[:_SKETCH_SIZE]
+
+
+# Calls that move the view over content (scroll, page down, swipe): each result is
+# another screen of one page, partly the screen before; only the very same screen again
+# (the bottom of the page, where nothing moves) is the same result.
+_MOVING_WORDS: Final = ("scroll", "pagedown", "pageup", "page_down", "page_up", "swipe")
+
+
+def moves_view(name: str | None, args: Any) -> bool:
+    """Whether a call moves the view over content rather than acting on it: its tool
+    name or an argument says scroll, page down / up or swipe (``scroll_down``,
+    ``computer(action="scroll")``, ``press(key="PageDown")``)."""
+    key = tool_key(name)
+    if any(w.replace("_", "") in key for w in _MOVING_WORDS):
+        return True
+    raw = canonical_args(args).lower()
+    return any(w.encode("ascii") in raw for w in _MOVING_WORDS)
 
 
 # Two showings of one address whose sketches overlap this much are the same page: the
@@ -591,6 +610,25 @@ _ERROR_TEXT: Final = re.compile(
     r'|\{\s*"error"\s*:(?!\s*(?:null\b|false\b|""|\[\s*\]|\{\s*\})))',
     re.IGNORECASE,
 )
+
+
+# A failure a result reports in its text without the trace flagging it: a non-zero exit
+# status printed by the harness (<returncode>1</returncode>, "exit code 2", "exitcode:
+# 1"), or a traceback anywhere near the start.
+_FAILED_TEXT: Final = re.compile(
+    r"<returncode>\s*-?[1-9]|\bexit(?:\s*code|code|\s*status)\s*[:=]?\s*-?[1-9]"
+    r"|traceback \(most recent call last\)",
+    re.IGNORECASE,
+)
+_FAILED_CHARS: Final = 2000
+
+
+def reports_failure(text: str) -> bool:
+    """Whether a result says, somewhere near its start, that the call failed: an error
+    by convention (:func:`looks_like_error`), a non-zero exit status, or a traceback. A
+    failed call may succeed when tried again (a flaky network, a race): its repeats are
+    judged later than those of a call that worked (detectors.repeat)."""
+    return looks_like_error(text) or _FAILED_TEXT.search(text, 0, _FAILED_CHARS) is not None
 
 
 def looks_like_error(text: str) -> bool:
