@@ -11,6 +11,7 @@ of call records, a few counters, and each detector's own bounded slot.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 from re import Pattern
 from typing import Final
 
@@ -22,6 +23,7 @@ from .findings import Finding, Severity
 from .fingerprints import (
     declared_wait,
     is_reflection,
+    maybe_json,
     reflection_tool,
     reports_pending,
     waiting_tool,
@@ -206,6 +208,8 @@ def _record_call(
         state.turn,
         command is not None,
     )
+    if event.args_known and len(event.args_json) <= _ECHO_ARGS_BYTES:
+        rec.echo = _echoes(event.args)
     calls = state.calls
     if waiting_tool(event.name) or (command is not None and declared_wait(command) is not None):
         rec.poll = True
@@ -232,6 +236,32 @@ def _record_call(
         if len(pending) > _PENDING_MAX:
             del pending[next(iter(pending))]
     return rec
+
+
+# A call's arguments whose string values a result may quote back: read from calls whose
+# canonical arguments are this short (a search, a click, an id; not a file written).
+_ECHO_ARGS_BYTES: Final = 600
+_ECHO_VALUES: Final = 3
+_ECHO_CHARS: Final = (4, 200)
+
+
+def _echoes(args: Any) -> list[str]:
+    """Up to 3 string values of a call's arguments (4 to 200 characters) that a result
+    may quote back; a value holding a secret is left out (the run state keeps these
+    until the result arrives, and keeps no secret)."""
+    out: list[str] = []
+    todo = [maybe_json(args)]
+    while todo and len(out) < _ECHO_VALUES:
+        value = todo.pop()
+        if isinstance(value, str):
+            low, high = _ECHO_CHARS
+            if low <= len(value) <= high and redact(value) == value:
+                out.append(value)
+        elif isinstance(value, dict):
+            todo.extend(value.values())
+        elif isinstance(value, list):
+            todo.extend(value)
+    return out
 
 
 def _note_seen(state: RunState, key: str) -> bool:
@@ -286,6 +316,12 @@ def _record_result(state: RunState, event: Event, step: int) -> CallRecord | Non
                     break
     if rec is None:
         return None
+    echoes = rec.echo
+    if event.id is not None:
+        echoes = [*echoes, event.id]
+    if echoes:
+        event.forget_echoes(echoes)
+        rec.echo = []
     rec.result = event.result_key
     rec.rstep = step
     if not event.error and event.text_known and reports_pending(event.text):

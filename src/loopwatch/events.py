@@ -103,6 +103,7 @@ def _never_equal() -> str:
 
 
 _TS_FIELDS: Final = ("ts", "timestamp", "time")
+_ECHO_MIN: Final = 4  # shorter argument values are words any result may hold
 
 
 def event_time(extra: dict[str, Any] | None) -> float | None:
@@ -394,6 +395,26 @@ class Event:
                 _RESULT_CACHE[raw] = key
             self._result_key = key
         return key
+
+    def forget_echoes(self, echoes: list[str]) -> None:
+        """Key this result as if it did not quote its request: a result that echoes its
+        call's arguments or id ("Could not find [famous bhavageete by Arun Date]",
+        "call_8f2a: done") would otherwise differ from the same answer to a reworded
+        call only by the echo. The text itself is kept (messages quote it as it was);
+        only the result and outcome keys are made without the echoed values (4+
+        characters each)."""
+        if not self.text_known:
+            return
+        text = self.text
+        found = False
+        for value in echoes:
+            if len(value) >= _ECHO_MIN and value in text:
+                text = text.replace(value, "\u2026")
+                found = True
+        if found:
+            bare = Event(self.kind, self.name, None, text, error=self.error)
+            self._result_key = bare.result_key
+            self._outcome_key = bare.outcome_key
 
     @property
     def outcome_key(self) -> str:

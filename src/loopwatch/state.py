@@ -263,8 +263,8 @@ class CallRecord(Record):
     """One tool call in the run's shared window of recent calls."""
 
     __slots__ = (
-        "args", "key", "name", "norm", "novel", "poll", "result", "rstep", "shell", "step",
-        "turn",
+        "args", "echo", "key", "name", "norm", "novel", "poll", "result", "rstep", "shell",
+        "step", "turn",
     )  # fmt: skip
 
     def __init__(
@@ -288,6 +288,9 @@ class CallRecord(Record):
         self.args = args  # short preview of the arguments, for messages
         self.turn = turn  # the model turn it was issued in (calls of one turn = a batch)
         self.shell = shell  # a shell command line: its output is no page (events.Event.command)
+        # the call's short string arguments, kept until its result arrives: a result
+        # that quotes them is keyed without them (events.Event.forget_echoes)
+        self.echo: list[str] = []
         # a call that waits for something (it sleeps or watches, it repeats a call made
         # before a wait, or its result says the status is pending): polling, which
         # only detectors.wait.WaitBudget judges
@@ -298,6 +301,7 @@ class CallRecord(Record):
     def dump(self) -> Any:
         return [
             self.args,
+            self.echo,
             self.key,
             self.name,
             self.norm,
@@ -312,10 +316,11 @@ class CallRecord(Record):
 
     @classmethod
     def load(cls, data: Any) -> CallRecord:
-        if not isinstance(data, list) or len(data) != 11:
-            raise StateError("CallRecord: expected 11 fields")
-        args, key, name, norm, novel, poll, result, rstep, shell, step, turn = data
+        if not isinstance(data, list) or len(data) != 12:
+            raise StateError("CallRecord: expected 12 fields")
+        args, echo, key, name, norm, novel, poll, result, rstep, shell, step, turn = data
         rec = CallRecord(step, key, norm, name, novel, args, turn, shell)
+        rec.echo = echo
         rec.poll = poll
         rec.result = result
         rec.rstep = rstep
