@@ -21,10 +21,10 @@ with the labeller's evidence (``labels.detail``), to read the misses.
 
 Prints one table with a column per file and a total. With targets
 (``--min-recall-stop``, ``--min-source-recall-stop``, ``--min-recall-flag``,
-``--max-false-stop-rate``, ``--max-false-warn-rate``, ``--max-lateness``) it prints each one met or missed and
-exits 1 when any is missed, so CI or a tuning loop can hold a detector change to
-them. ``--min-source-recall-stop`` applies to every file with at least 5 labelled
-loops (fewer make a rate of little meaning).
+``--max-false-stop-rate``, ``--max-false-warn-rate``, ``--max-lateness``) it prints
+each one met or missed and exits 1 when any is missed, so CI or a tuning loop can
+hold a detector change to them. ``--min-source-recall-stop`` applies to every file
+with at least 5 labelled loops (fewer make a rate of little meaning).
 """
 
 from __future__ import annotations
