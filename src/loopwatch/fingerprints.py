@@ -441,9 +441,10 @@ _LETTERS: Final = "abcdefghijklmnopqrstuvwxyzµ"
 _OUTCOME_CHARS: Final = 600
 
 
-def _outcome_words(text: str, error: bool) -> list[str]:
+def _outcome_words(text: str, error: bool, coarse: bool = False) -> list[str]:
     """The words that carry a result's meaning (see above), token by token: plain
-    words take the fast path, and only tokens with digits or punctuation are split."""
+    words take the fast path, and only tokens with digits or punctuation are split.
+    ``coarse``: every number masked (see :func:`outcome_signature`)."""
     words: list[str] = []
     append = words.append
     for tok in text.lower().split():
@@ -464,7 +465,7 @@ def _outcome_words(text: str, error: bool) -> list[str]:
                 elif len(part) >= 3:
                     append(part)
             elif part.isdigit():
-                append("#" if error and (decimal or len(part) >= 3) else part)
+                append("#" if error and (coarse or decimal or len(part) >= 3) else part)
             else:
                 digits = part.rstrip(_LETTERS)
                 if digits.isdigit() and part[len(digits) :] in _UNITS:
@@ -478,16 +479,22 @@ def _outcome_words(text: str, error: bool) -> list[str]:
     return words
 
 
-def outcome_signature(text: str, error: bool = False) -> str:
+def outcome_signature(text: str, error: bool = False, coarse: bool = False) -> str:
     """What a tool result amounts to: the same signature means the same outcome,
     even when the words around it changed (timings, temp paths, and in errors pids,
     line numbers, the input echoed back). Words of 1-2 letters are dropped, so a
-    clipped tail ("re" / "r") does not make two copies of one message differ."""
+    clipped tail ("re" / "r") does not make two copies of one message differ.
+
+    ``coarse`` (errors): every number masked, small ones too, so "found 2 actions"
+    and "found 3 actions" are one rejection. Only the error loop compares errors this
+    way: as the outcome of a call (what every detector reads) 1 and 2 often differ
+    ("2 tests failed" after a fix that made 1 pass)."""
     if len(text) > 2 * _OUTCOME_CHARS:
         text = text[:_OUTCOME_CHARS] + " " + text[-_OUTCOME_CHARS:]
     if error:
         text = _QUOTED.sub(" # ", text)
-    digest = _hexdigest(" ".join(_outcome_words(text, error)).encode(_UTF8, _LONE))
+    words = _outcome_words(text, error, coarse and error)
+    digest = _hexdigest(" ".join(words).encode(_UTF8, _LONE))
     return ("E" if error else "O") + digest[1:]
 
 
