@@ -11,9 +11,8 @@ of call records, a few counters, and each detector's own bounded slot.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 from re import Pattern
-from typing import Final
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 

@@ -14,6 +14,7 @@ from .frequency import Frequency
 from .futility import Futility
 from .handoff import PingPong
 from .instruction import RepeatedInstruction
+from .narration import NoEffect
 from .progress import NoProgress
 from .recursion import Recursion
 from .repeat import RepeatedCall
@@ -37,6 +38,7 @@ __all__ = [
     "Futility",
     "IterationCap",
     "NameCycle",
+    "NoEffect",
     "NoProgress",
     "PingPong",
     "Recursion",
@@ -63,7 +65,7 @@ __all__ = [
 RUN_ORDER: Final = (
     "repeated_call", "cycle", "error_loop", "no_progress", "stagnation", "chanting",
     "recursion", "iteration_cap", "spend_velocity", "ping_pong", "repeated_instruction",
-    "revisited_page", "futility", "restated_reply", "wait_budget",
+    "revisited_page", "futility", "restated_reply", "wait_budget", "no_effect",
     "frequency", "name_cycle", "semantic", "token_budget", "cost_budget", "time_budget",
 )  # fmt: skip
 

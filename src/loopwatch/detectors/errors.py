@@ -83,7 +83,7 @@ class ErrorLoop(Detector):
     def __init__(
         self,
         warn_at: int = 3,
-        stop_at: int | None = 5,
+        stop_at: int | None = 4,
         tool_warn_at: int = 5,
         tool_stop_at: int | None = 10,
         resent_stop_at: int | None = 3,

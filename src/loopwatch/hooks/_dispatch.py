@@ -215,7 +215,9 @@ def foresee(guard: Any, run_id: str, call: Mapping[str, Any]) -> Outcome | None:
     way), tried on a copy of the run's state and then forgotten. A stop-severity
     finding there (three no-ops in a row: the third is futile before it runs) is
     decided as if found on the call, so ``on_loop`` applies (stop, or skip: deny
-    this call only); ``on_loop = "warn"`` never blocks."""
+    this call only); ``on_loop = "warn"`` never blocks. The stop is earned as every
+    stop is (policy.escalate): the first time, the call is denied and the agent told;
+    the same call again stops the session."""
     from ..events import TOOL_CALL, Event
     from ..findings import Severity
 
@@ -235,7 +237,14 @@ def foresee(guard: Any, run_id: str, call: Mapping[str, Any]) -> Outcome | None:
         stops = [f for f in found if f.severity is Severity.STOP]
         if not stops:
             return None
-        verdict = guard.policy.decide(step, TOOL_CALL, stops, probe)
+
+        def decide(live: RunState) -> Any:
+            # on the run's own state: a stop the agent was not told about yet is told
+            # now (this call denied), and the telling is remembered, so that the same
+            # call again is stopped (policy.escalate)
+            return guard.policy.decide(step, TOOL_CALL, stops, live)
+
+        verdict = guard.store.apply(run_id, decide, RunState)
     except Exception:
         return None
     return Outcome(str(verdict.action), verdict.message or "")
