@@ -3,6 +3,7 @@
 Shape (TOML)::
 
     on_loop = "stop"            # stop | skip | warn
+    tell_first = true           # a stop is told first: warned, stopped if it persists
     max_iterations = 250        # shortcut for [iteration_cap] max_iterations
     exempt_tools = ["get_job_status"]   # invisible to every detector (pollers, clocks)
 
@@ -64,7 +65,7 @@ DETECTORS: Final[dict[str, tuple[type[Detector], bool]]] = {
 }
 _TOP_KEYS: Final = frozenset(
     {"on_loop", "max_iterations", "store", "max_runs", "ttl_seconds", "on_store_error",
-     "exempt_tools"}
+     "exempt_tools", "tell_first"}
 )  # fmt: skip
 _NEVER: Final = 0  # in TOML, 0 stands for "never" where a threshold may be None
 
@@ -84,6 +85,7 @@ class Config:
     """Effective configuration: top-level options plus one section per detector."""
 
     on_loop: str = "stop"
+    tell_first: bool = True
     store: str = "memory://"
     max_runs: int = 10_000
     ttl_seconds: float | None = 3600.0
@@ -174,6 +176,8 @@ class Config:
             raise ConfigError(
                 f"on_loop{where} must be one of {ON_LOOP_CHOICES}, not {self.on_loop!r}"
             )
+        if not isinstance(self.tell_first, bool):
+            raise ConfigError(f"tell_first{where} must be true or false, not {self.tell_first!r}")
         if self.on_store_error not in ("allow", "raise"):
             raise ConfigError(
                 f"on_store_error{where} must be 'allow' or 'raise', not {self.on_store_error!r}"
@@ -201,6 +205,7 @@ class Config:
         """A copy of this configuration with keyword overrides merged in."""
         copy = Config(
             on_loop=self.on_loop,
+            tell_first=self.tell_first,
             store=self.store,
             max_runs=self.max_runs,
             ttl_seconds=self.ttl_seconds,
@@ -258,6 +263,7 @@ class Config:
         """The effective configuration, every detector with all its parameters."""
         out: dict[str, Any] = {
             "on_loop": self.on_loop,
+            "tell_first": self.tell_first,
             "store": self.store,
             "max_runs": self.max_runs,
             "ttl_seconds": self.ttl_seconds,

@@ -34,13 +34,19 @@ class Policy:
 
     Warn-severity findings always become ``warn``: a message injected into the
     model's next request, once per pattern (the engine deduplicates them).
+
+    ``tell_first`` (default): a stop is earned (:func:`escalate`): the agent is told
+    first and stopped when it persists. False stops at the first stop-severity finding.
     """
 
-    def __init__(self, on_loop: OnLoop = "stop", max_skips: int = 3) -> None:
+    def __init__(
+        self, on_loop: OnLoop = "stop", max_skips: int = 3, tell_first: bool = True
+    ) -> None:
         if on_loop not in ON_LOOP_CHOICES:
             raise ValueError(f"on_loop must be one of {ON_LOOP_CHOICES}, not {on_loop!r}")
         self.on_loop: OnLoop = on_loop
         self.max_skips = max_skips
+        self.tell_first = tell_first
 
     def decide(
         self, step: int, kind: str, findings: list[Finding], state: RunState | None = None
@@ -50,7 +56,7 @@ class Policy:
         if not findings:
             return Verdict(Action.OK, step)
         told = False
-        if state is not None:
+        if state is not None and self.tell_first:
             findings, told = escalate(step, findings, state)
         stops = [f for f in findings if f.severity is Severity.STOP]
         if told and not stops and kind == TOOL_CALL and self.on_loop != "warn":

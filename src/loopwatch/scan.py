@@ -203,7 +203,10 @@ class Scanner:
             self.config.exempt_tools,
             self.config.redact_patterns,
         )
-        self.policy = Policy(self.config.on_loop)  # type: ignore[arg-type]
+        self.policy = Policy(
+            self.config.on_loop,  # type: ignore[arg-type]
+            tell_first=self.config.tell_first,
+        )
 
     def scan(self, run: Mapping[str, Any] | Iterable[Any], run_id: str | None = None) -> Report:
         """Scan one run: a FORMAT.md run object, a :class:`~loopwatch.TraceRun` from
