@@ -31,6 +31,14 @@ TOP_KEYS: dict[str, tuple[str, str]] = {
         "take. `0` is refused: for no cap, set `[iteration_cap] enabled = false` (or "
         "`max_iterations=None` from Python).",
     ),
+    "tell_first": (
+        "true or false",
+        "A stop is earned: a stop-level finding the agent was not told about is told "
+        'first (a warning; under `on_loop = "stop"` the call is skipped with the reason) '
+        'and the run is stopped when the agent persists, with "You were told at step N" '
+        "in the message. A chanting output and a budget stop at once. `false` stops at "
+        "the first stop-level finding.",
+    ),
     "exempt_tools": (
         "a list of tool names",
         "Tools no detector sees (pollers, clocks): their calls and results are invisible "
@@ -64,10 +72,14 @@ PARAMS: dict[str | tuple[str, str], str] = {
     "enabled": "Run this detector.",
     "warn_at": "Warn when the count this detector keeps reaches this.",
     "stop_at": "Stop when it reaches this (`0`: never stop, warn only).",
-    ("repeated_call", "warn_at"): "Warn at this many identical calls in a row when fewer "
-    "than two of their results were seen.",
-    ("repeated_call", "stop_at"): "Stop at this many identical calls in a row once two "
-    "returned the same result (`0`: never).",
+    ("repeated_call", "warn_at"): "Warn at this many identical calls in a row that each "
+    "returned the same result (a stop at the same count is told first).",
+    ("repeated_call", "stop_at"): "Stop at this many identical calls in a row that each "
+    "returned the same result (`0`: never). Calls whose results the trace does not hold "
+    "prove nothing.",
+    "result_warn_at": "Tell the agent when this many identical calls in a row worked and "
+    "answered the same, in words (not a bare ok, not a failure): the next one will too "
+    "(`0`: never).",
     ("restated_reply", "warn_at"): "Warn at this many replies that restate an earlier one.",
     ("restated_reply", "stop_at"): "Stop at this many (`0`: never).",
     "window_warn_at": "Warn when the same call comes back this many times in the recent "
@@ -107,6 +119,20 @@ PARAMS: dict[str | tuple[str, str], str] = {
     "max_cost": "The run's cost limit (required when enabled).",
     "max_seconds": 'The run\'s wall-time limit, a duration (`600`, `"10m"`, `"1h"`; '
     "required when enabled).",
+    "warn_attempts": "Warn when a status has not changed for this many checks made "
+    "without waiting in between (`0`: never).",
+    "max_attempts": "Stop when a status has not changed for more than this many checks "
+    "(`0`: no limit in checks); warned at half.",
+    ("wait_budget", "max_seconds"): "Stop when a status has not changed for longer than "
+    'this much waiting, a duration (`1800`, `"30m"`, `"2h"`); warned at half.',
+    "attempts": "Tries of one target (a point, a text, an address) with no progress in "
+    "the narration that make a loop.",
+    "radius": "Two pointer actions within this many pixels act on the same target.",
+    "failures": 'Failure signals in the narration ("didn\'t change", "let me try again") '
+    "among those tries needed to stop.",
+    "absent_warn_at": "Warn when the narration has reported the same name missing this "
+    "many times (`0`: never).",
+    "absent_stop_at": "Stop at this many (`0`: never).",
     "clock": "A callable returning seconds (from Python only; default: the events' `ts`, "
     "else the system clock).",
 }

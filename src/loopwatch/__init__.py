@@ -26,6 +26,7 @@ from .detectors import (
     Futility,
     IterationCap,
     NameCycle,
+    NoEffect,
     NoProgress,
     PingPong,
     Recursion,
@@ -38,6 +39,7 @@ from .detectors import (
     Stagnation,
     TimeBudget,
     TokenBudget,
+    WaitBudget,
     default_detectors,
 )
 from .errors import LoopDetected, StoreUnavailable
@@ -75,6 +77,7 @@ __all__ = [
     "LoopDetected",
     "MemoryStore",
     "NameCycle",
+    "NoEffect",
     "NoProgress",
     "PingPong",
     "Recursion",
@@ -94,6 +97,7 @@ __all__ = [
     "TokenBudget",
     "TraceRun",
     "Verdict",
+    "WaitBudget",
     "__version__",
     "current_run",
     "default_detectors",

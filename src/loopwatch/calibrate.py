@@ -34,6 +34,10 @@ _STOP_PARAMS: dict[str, tuple[str, int, int]] = {
     "no_progress": ("stop_at", 4, 100),
     "stagnation": ("stop_at", 3, 30),
     "chanting": ("stop_at", 6, 200),
+    "futility": ("stop_at", 3, 50),
+    "restated_reply": ("stop_at", 3, 30),
+    "no_effect": ("attempts", 2, 20),
+    "wait_budget": ("max_attempts", 5, 1000),
     "recursion": ("stop_at", 2, 20),
     "iteration_cap": ("max_iterations", 10, 100_000),
 }

@@ -346,11 +346,14 @@ _COUNTS: Final[dict[str, int]] = {
     "tool_warn_at": 1, "tool_stop_at": 1, "warn_repeats": 1, "stop_repeats": 1,
     "warn_after": 1, "stop_after": 1, "window": 1, "max_iterations": 1,
     "max_period": 2, "min_words": 0, "min_new_words": 0, "max_chars": 1,
-    "resent_stop_at": 1, "recurring_warn_at": 1,
+    "resent_stop_at": 1, "recurring_warn_at": 1, "result_warn_at": 2, "warn_attempts": 1,
+    "max_attempts": 1, "attempts": 2, "failures": 0, "absent_warn_at": 1,
+    "absent_stop_at": 1,
 }  # fmt: skip
 _OPTIONAL_COUNTS: Final = frozenset(
     {"stop_at", "window_warn_at", "window_stop_at", "tool_stop_at", "stop_repeats",
-     "stop_after", "resent_stop_at", "recurring_warn_at"}
+     "stop_after", "resent_stop_at", "recurring_warn_at", "result_warn_at", "warn_attempts",
+     "max_attempts", "absent_warn_at", "absent_stop_at"}
 )  # fmt: skip
 # Durations in a detector section: a number of seconds or a string such as "1h".
 _DURATIONS: Final = frozenset({"max_seconds"})
@@ -363,7 +366,7 @@ _FRACTIONS: Final[dict[str, bool]] = {
 # by the detector that owns them when it is enabled.
 _AMOUNTS: Final[dict[str, bool]] = {
     "min_tokens": True, "min_cost": True, "max_tokens": False, "max_cost": False,
-    "max_seconds": False,
+    "max_seconds": False, "radius": False,
 }  # fmt: skip
 _REQUIRED: Final = {"token_budget": "max_tokens", "cost_budget": "max_cost",
                     "time_budget": "max_seconds"}  # fmt: skip
@@ -371,7 +374,8 @@ _REQUIRED: Final = {"token_budget": "max_tokens", "cost_budget": "max_cost",
 _PAIRS: Final = (
     ("warn_at", "stop_at"), ("window_warn_at", "window_stop_at"),
     ("tool_warn_at", "tool_stop_at"), ("warn_repeats", "stop_repeats"),
-    ("warn_after", "stop_after"),
+    ("warn_after", "stop_after"), ("absent_warn_at", "absent_stop_at"),
+    ("warn_attempts", "max_attempts"),
 )  # fmt: skip
 _OUR_TABLE: Final = re.compile(r"^\s*\[+\s*tool\s*\.\s*[\"']?loopwatch\b", re.MULTILINE)
 # What a pyproject.toml needs for a [tool.loopwatch] table: that header (or a deeper

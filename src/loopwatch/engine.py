@@ -17,7 +17,7 @@ from typing import Any, Final
 from mypy_extensions import mypyc_attr
 
 from .detectors.base import Context, Detector
-from .events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER, Event
+from .events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER, Event, echo_digest
 from .findings import Finding, Severity
 from .fingerprints import (
     declared_wait,
@@ -208,7 +208,7 @@ def _record_call(
         command is not None,
     )
     if event.args_known and len(event.args_json) <= _ECHO_ARGS_BYTES:
-        rec.echo = _echoes(event.args)
+        rec.echo, rec.asks = _echoes(event.args)
     calls = state.calls
     if waiting_tool(event.name) or (command is not None and declared_wait(command) is not None):
         rec.poll = True
@@ -241,26 +241,43 @@ def _record_call(
 # canonical arguments are this short (a search, a click, an id; not a file written).
 _ECHO_ARGS_BYTES: Final = 600
 _ECHO_VALUES: Final = 3
-_ECHO_CHARS: Final = (4, 200)
+_ECHO_CHARS: Final = 200
+_ECHO_NODES: Final = 64
+_ASKS_MAX: Final = 8
 
 
-def _echoes(args: Any) -> list[str]:
-    """Up to 3 string values of a call's arguments (4 to 200 characters) that a result
-    may quote back; a value holding a secret is left out (the run state keeps these
-    until the result arrives, and keeps no secret)."""
-    out: list[str] = []
+def _echoes(args: Any) -> tuple[list[list[Any]], list[int]]:
+    """What finds up to 3 string values of a call's arguments (4 to 200 characters) in
+    its result (:func:`~loopwatch.events.echo_digest`: never the values themselves, the
+    run state keeps no secret), and the fingerprints of the specific things it asks
+    about (:func:`~loopwatch.text.specifics`: ids, dates, codes, numbers; at most 8)."""
+    echoes: list[list[Any]] = []
+    asks: list[int] = []
     todo = [maybe_json(args)]
-    while todo and len(out) < _ECHO_VALUES:
+    budget = _ECHO_NODES  # a bounded walk: arguments built in Python may contain themselves
+    while todo and budget:
+        budget -= 1
         value = todo.pop()
         if isinstance(value, str):
-            low, high = _ECHO_CHARS
-            if low <= len(value) <= high and redact(value) == value:
-                out.append(value)
+            if len(value) <= _ECHO_CHARS and len(echoes) < _ECHO_VALUES:
+                digest = echo_digest(value)
+                if digest is not None:
+                    echoes.append(digest)
+            for token in specifics(value):
+                if len(asks) < _ASKS_MAX:
+                    asks.append(_spec_id(token))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            if len(asks) < _ASKS_MAX:
+                asks.append(_spec_id(str(value)))
         elif isinstance(value, dict):
             todo.extend(value.values())
         elif isinstance(value, list):
             todo.extend(value)
-    return out
+    return echoes, asks
+
+
+def _spec_id(token: str) -> int:
+    return int(fingerprint(token)[:5], 16)
 
 
 def _note_seen(state: RunState, key: str) -> bool:
@@ -317,7 +334,9 @@ def _record_result(state: RunState, event: Event, step: int) -> CallRecord | Non
         return None
     echoes = rec.echo
     if event.id is not None:
-        echoes = [*echoes, event.id]
+        digest = echo_digest(event.id)
+        if digest is not None:
+            echoes = [*echoes, digest]
     if echoes:
         event.forget_echoes(echoes)
         rec.echo = []

@@ -38,6 +38,7 @@ __all__ = [
     "TOOL_RESULT",
     "USER",
     "Event",
+    "echo_digest",
     "event_time",
 ]
 
@@ -104,6 +105,17 @@ def _never_equal() -> str:
 
 _TS_FIELDS: Final = ("ts", "timestamp", "time")
 _ECHO_MIN: Final = 4  # shorter argument values are words any result may hold
+_ECHO_WITHIN: Final = 4000  # a result quotes its request near its start
+_ECHO_PREFIX: Final = 4  # characters of a value kept to find it again (never the value)
+
+
+def echo_digest(value: str) -> list[Any] | None:
+    """What finds an argument value in a result without keeping the value: its first 4
+    characters, its length and a hash of it; None for a value too short to be more
+    than a word any result may hold."""
+    if len(value) < _ECHO_MIN:
+        return None
+    return [value[:_ECHO_PREFIX], len(value), _hexdigest(value.encode(_UTF8, _LONE))]
 
 
 def event_time(extra: dict[str, Any] | None) -> float | None:
@@ -396,21 +408,27 @@ class Event:
             self._result_key = key
         return key
 
-    def forget_echoes(self, echoes: list[str]) -> None:
+    def forget_echoes(self, echoes: list[list[Any]]) -> None:
         """Key this result as if it did not quote its request: a result that echoes its
         call's arguments or id ("Could not find [famous bhavageete by Arun Date]",
         "call_8f2a: done") would otherwise differ from the same answer to a reworded
-        call only by the echo. The text itself is kept (messages quote it as it was);
-        only the result and outcome keys are made without the echoed values (4+
-        characters each)."""
-        if not self.text_known:
+        call only by the echo. ``echoes`` are :func:`echo_digest` of the values (a value
+        is never kept whole, it may hold a secret). The text itself is kept (messages
+        quote it as it was); only the result and outcome keys are made without the
+        echoed values."""
+        if not self.text_known or not echoes:
             return
         text = self.text
         found = False
-        for value in echoes:
-            if len(value) >= _ECHO_MIN and value in text:
-                text = text.replace(value, "\u2026")
-                found = True
+        for prefix, length, digest in echoes:
+            at = text.find(prefix, 0, _ECHO_WITHIN)
+            while at >= 0:
+                end = at + length
+                if _hexdigest(text[at:end].encode(_UTF8, _LONE)) == digest:
+                    text = text[:at] + "\u2026" + text[end:]
+                    found = True
+                    end = at + 1
+                at = text.find(prefix, end, _ECHO_WITHIN)
         if found:
             bare = Event(self.kind, self.name, None, text, error=self.error)
             self._result_key = bare.result_key

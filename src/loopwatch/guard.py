@@ -80,7 +80,11 @@ class Guard:
             tuple(detectors) if detectors is not None else tuple(cfg.detectors())
         )
         self.engine = Engine(dets, cfg.exempt_tools, cfg.redact_patterns)
-        self.policy = Policy(cfg.on_loop, tell_first=cfg.tell_first)  # type: ignore[arg-type]
+        self.policy = Policy(
+            cfg.on_loop,  # type: ignore[arg-type]
+            tell_first=cfg.tell_first,
+            redact=self.engine.redact,
+        )
         if isinstance(store, Store):
             self.store = store
         else:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from re import Pattern
 from typing import Final, Literal
 
 from .engine import Engine
 from .events import TOOL_CALL, Event
 from .findings import Action, Finding, Severity, Verdict
+from .redact import redact_extra
 from .state import WARNED_MAX, RunState
 
 __all__ = ["NOT_RUN", "ON_LOOP_CHOICES", "STOPPED", "OnLoop", "Policy", "Step"]
@@ -40,13 +42,20 @@ class Policy:
     """
 
     def __init__(
-        self, on_loop: OnLoop = "stop", max_skips: int = 3, tell_first: bool = True
+        self,
+        on_loop: OnLoop = "stop",
+        max_skips: int = 3,
+        tell_first: bool = True,
+        redact: tuple[Pattern[str], ...] = (),
     ) -> None:
         if on_loop not in ON_LOOP_CHOICES:
             raise ValueError(f"on_loop must be one of {ON_LOOP_CHOICES}, not {on_loop!r}")
         self.on_loop: OnLoop = on_loop
         self.max_skips = max_skips
         self.tell_first = tell_first
+        # the user's redaction patterns (Engine.redact): what escalation adds to a
+        # message goes through them as the detectors' own words did
+        self.redact = redact
 
     def decide(
         self, step: int, kind: str, findings: list[Finding], state: RunState | None = None
@@ -57,7 +66,7 @@ class Policy:
             return Verdict(Action.OK, step)
         told = False
         if state is not None and self.tell_first:
-            findings, told = escalate(step, findings, state)
+            findings, told = escalate(step, findings, state, self.redact)
         stops = [f for f in findings if f.severity is Severity.STOP]
         if told and not stops and kind == TOOL_CALL and self.on_loop != "warn":
             # The call that would have been stopped is the one the agent is told about:
@@ -111,7 +120,12 @@ def _told_first(found: Finding) -> int:
     return 0 if found.message.endswith(_TOLD) else 1
 
 
-def escalate(step: int, findings: list[Finding], state: RunState) -> tuple[list[Finding], bool]:
+def escalate(
+    step: int,
+    findings: list[Finding],
+    state: RunState,
+    redact: tuple[Pattern[str], ...] = (),
+) -> tuple[list[Finding], bool]:
     """A stop is earned: return ``findings`` with every stop the agent was not told
     about turned into the warning that tells it, and whether there was one.
 
@@ -119,7 +133,7 @@ def escalate(step: int, findings: list[Finding], state: RunState) -> tuple[list[
     step and went on: a warning of the same detector and pattern (the detector's own
     warning below its stop threshold, or an earlier stop turned into a warning here),
     or any warning given during the finding's evidence (another detector's warning on
-    the same stretch). Its message then says when. A stop that was not told becomes
+    the same stretch). Its message then says when ("You were told at step N."). A stop that was not told becomes
     the warning, recorded in ``RunState.warned``, so the next stop-severity finding of
     the loop stops the run; a finding marked ``decisive`` (overwhelming on its own, or
     a budget the user set) stops at once.
@@ -147,19 +161,23 @@ def escalate(step: int, findings: list[Finding], state: RunState) -> tuple[list[
         if out is None:
             out = list(findings)
         if at is not None:
-            said = f"You were told at step {at}. {found.message}"
-            out[i] = _reworded(found, found.severity, said)
+            said = f"{found.message} You were told at step {at}."
+            out[i] = _reworded(found, found.severity, said, redact)
             continue
         told_any = True
         warned.pop(key, None)
         warned[key] = step
         if len(warned) > WARNED_MAX:
             del warned[next(iter(warned))]
-        out[i] = _reworded(found, Severity.WARN, f"{found.message} {_TOLD}")
+        out[i] = _reworded(found, Severity.WARN, f"{found.message} {_TOLD}", redact)
     return (findings if out is None else out), told_any
 
 
-def _reworded(found: Finding, severity: Severity, message: str) -> Finding:
+def _reworded(
+    found: Finding, severity: Severity, message: str, redact: tuple[Pattern[str], ...]
+) -> Finding:
+    if redact:
+        message = redact_extra(message, redact)
     return Finding(
         found.detector, severity, found.step, found.steps, message, found.pattern, found.decisive
     )

@@ -206,6 +206,7 @@ class Scanner:
         self.policy = Policy(
             self.config.on_loop,  # type: ignore[arg-type]
             tell_first=self.config.tell_first,
+            redact=self.engine.redact,
         )
 
     def scan(self, run: Mapping[str, Any] | Iterable[Any], run_id: str | None = None) -> Report:

@@ -263,8 +263,8 @@ class CallRecord(Record):
     """One tool call in the run's shared window of recent calls."""
 
     __slots__ = (
-        "args", "echo", "key", "name", "norm", "novel", "poll", "result", "rstep", "shell",
-        "step", "turn",
+        "args", "asks", "echo", "key", "name", "norm", "novel", "poll", "result", "rstep",
+        "shell", "step", "turn",
     )  # fmt: skip
 
     def __init__(
@@ -288,9 +288,13 @@ class CallRecord(Record):
         self.args = args  # short preview of the arguments, for messages
         self.turn = turn  # the model turn it was issued in (calls of one turn = a batch)
         self.shell = shell  # a shell command line: its output is no page (events.Event.command)
-        # the call's short string arguments, kept until its result arrives: a result
-        # that quotes them is keyed without them (events.Event.forget_echoes)
-        self.echo: list[str] = []
+        # what finds the call's short string arguments in its result (never the values:
+        # events.echo_digest), kept until the result arrives: a result that quotes them
+        # is keyed without them (events.Event.forget_echoes)
+        self.echo: list[list[Any]] = []
+        # fingerprints of the specific things the call asks about (ids, dates, codes,
+        # numbers in its arguments): another date or id is another question
+        self.asks: list[int] = []
         # a call that waits for something (it sleeps or watches, it repeats a call made
         # before a wait, or its result says the status is pending): polling, which
         # only detectors.wait.WaitBudget judges
@@ -301,6 +305,7 @@ class CallRecord(Record):
     def dump(self) -> Any:
         return [
             self.args,
+            self.asks,
             self.echo,
             self.key,
             self.name,
@@ -316,10 +321,11 @@ class CallRecord(Record):
 
     @classmethod
     def load(cls, data: Any) -> CallRecord:
-        if not isinstance(data, list) or len(data) != 12:
-            raise StateError("CallRecord: expected 12 fields")
-        args, echo, key, name, norm, novel, poll, result, rstep, shell, step, turn = data
+        if not isinstance(data, list) or len(data) != 13:
+            raise StateError("CallRecord: expected 13 fields")
+        args, asks, echo, key, name, norm, novel, poll, result, rstep, shell, step, turn = data
         rec = CallRecord(step, key, norm, name, novel, args, turn, shell)
+        rec.asks = asks
         rec.echo = echo
         rec.poll = poll
         rec.result = result

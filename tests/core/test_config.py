@@ -73,7 +73,7 @@ def test_exempt_tools_are_invisible_to_detectors() -> None:
     for _ in range(8):
         events += tool("get_job_status", {"job": "j"}, "pending", cid=None)
     base = scan(run(events), Config())
-    assert base.verdict == "stop"
+    assert base.verdict == "warn"  # a status checked 5 times without waiting in between
     exempt = Config.from_mapping({"exempt_tools": ["get_job_status"]})
     report = scan(run(events), exempt)
     assert report.verdict == "ok" and report.events == len(events)

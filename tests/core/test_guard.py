@@ -28,10 +28,39 @@ def loop(guard: Guard, run_id: str = "r", times: int = 6) -> list[str]:
     return actions
 
 
-def test_default_guard_stops_the_third_identical_call() -> None:
-    # two identical calls that returned the same result: the third is known futile
-    # before it runs
+def test_default_guard_tells_the_third_identical_call_and_stops_the_fourth() -> None:
+    # two identical calls that returned the same short result: the third is known
+    # futile before it runs, so it is not run and the agent is told why; the fourth,
+    # told, is stopped
     guard = Guard(Config())
+    assert loop(guard) == ["ok", "ok", "skip", "stop", "stop", "stop"]
+
+
+def test_a_stop_is_told_first_and_the_message_says_when() -> None:
+    guard = Guard(Config())
+    verdicts = []
+    for _ in range(4):
+        verdicts.append(guard.observe("r", SEARCH))
+        guard.observe("r", RESULT)
+    told, stopped = verdicts[2], verdicts[3]
+    assert told.should_skip and told.findings[0].severity.value == "warn"
+    assert (told.message or "").endswith("If you do it again, the run will be stopped.")
+    assert stopped.should_stop and "You were told at step 4." in (stopped.message or "")
+
+
+def test_a_detailed_answer_given_twice_is_told_at_once() -> None:
+    # a call that worked and answered the same in detail twice: the next one will too
+    answer = {**RESULT, "text": "Paris: 18C, cloudy, light wind from the west, no rain."}
+    guard = Guard(Config())
+    actions = []
+    for _ in range(3):
+        actions.append(str(guard.observe("r", SEARCH).action))
+        actions.append(str(guard.observe("r", answer).action))
+    assert actions[:4] == ["ok", "ok", "ok", "warn"] and actions[4] == "stop"
+
+
+def test_tell_first_false_stops_at_the_first_sure_finding() -> None:
+    guard = Guard(Config(), tell_first=False)
     assert loop(guard) == ["ok", "ok", "stop", "stop", "stop", "stop"]
 
 
@@ -43,13 +72,15 @@ def test_warning_message_is_specific() -> None:
         guard.observe("r", RESULT)
     msg = verdicts[-1].message or ""
     assert "web_search" in msg and "paris weather" in msg and "3 times" in msg
+    assert "not executed" in msg  # the third call is told: it does not run
     assert verdicts[-1].findings[0].detector == "repeated_call"
 
 
 def test_on_loop_skip_blocks_the_call_then_escalates_to_stop() -> None:
     guard = Guard(Config(), on_loop="skip")
-    actions = loop(guard, times=7)
-    assert actions == ["ok", "ok", "skip", "skip", "skip", "stop", "stop"]
+    actions = loop(guard, times=8)
+    # told (a skip), then three skips of calls known futile, then the stop
+    assert actions == ["ok", "ok", "skip", "skip", "skip", "skip", "stop", "stop"]
     verdict = guard.observe("r", SEARCH)
     # A model that keeps making blocked calls would loop on the blocks for ever.
     assert verdict.should_stop and "stopped" in (verdict.message or "")
@@ -93,7 +124,7 @@ def test_ttl_expires_idle_runs() -> None:
     now[0] += 61  # idle past the TTL: the run starts afresh
     assert loop(guard, times=2) == ["ok", "ok"]
     now[0] += 10  # within the TTL: the same run goes on and reaches its stop
-    assert loop(guard, times=1) == ["stop"]
+    assert loop(guard, times=2) == ["skip", "stop"]
 
 
 def test_threads_lose_no_step() -> None:

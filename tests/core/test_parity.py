@@ -21,6 +21,7 @@ from loopwatch import Config, Guard, read_runs, scan
 from loopwatch.engine import Engine, new_state
 from loopwatch.events import Event
 from loopwatch.hooks._dispatch import handle
+from loopwatch.hooks._events import result_text
 from loopwatch.scan import _breakdown, score_of
 from loopwatch.state import RunState
 from loopwatch.traces import InputError
@@ -185,7 +186,7 @@ def test_a_call_with_a_secret_reads_the_same_in_the_guard_the_hooks_and_the_scan
                 (
                     {**call, "hook_event_name": "PostToolUse", "tool_response": result},
                     [{"kind": "tool_result", "name": "Bash", "id": f"u{i}",
-                      "text": orjson.dumps(result).decode()}],
+                      "text": result_text(result)}],
                 ),
             ):  # fmt: skip
                 hook = handle("claude-code", payload, lambda p, url=store: Guard(config, store=url))

@@ -14,9 +14,9 @@ PUBLIC = {
     # composing detectors
     "Detector", "DetectorSet", "default_detectors", "Embedder",
     "Chanting", "CostBudget", "Cycle", "ErrorLoop", "Frequency", "Futility",
-    "IterationCap", "NameCycle", "NoProgress", "PingPong", "Recursion", "RepeatedCall",
-    "RepeatedInstruction", "RestatedReply", "RevisitedPage", "Semantic",
-    "SpendVelocity", "Stagnation", "TimeBudget", "TokenBudget",
+    "IterationCap", "NameCycle", "NoEffect", "NoProgress", "PingPong", "Recursion",
+    "RepeatedCall", "RepeatedInstruction", "RestatedReply", "RevisitedPage", "Semantic",
+    "SpendVelocity", "Stagnation", "TimeBudget", "TokenBudget", "WaitBudget",
     # events, traces and stores
     "Event", "InputError", "TraceRun", "read_runs", "MemoryStore", "Store",
     # the decorator

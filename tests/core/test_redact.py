@@ -302,7 +302,15 @@ def test_configured_patterns_redact_too_in_messages_and_state() -> None:
     ticket = "corp-" + "0123456789abcdef" * 2
     guard = Guard(on_loop="warn", redact={"patterns": [r"corp-[0-9a-f]{32}"]})
     call = {"kind": "tool_call", "name": "Bash", "args": {"command": f"fetch {ticket}"}}
-    messages = [guard.observe("r", call).message for _ in range(3)]
+    result = {"kind": "tool_result", "name": "Bash", "text": "fetched 12 records of the store"}
+    messages = []
+    for _ in range(3):
+        messages.append(guard.observe("r", call).message)
+        state = guard.state("r")
+        assert state is not None
+        # what finds the arguments in the result is kept, never the arguments
+        assert ticket[:8] not in repr([c.echo for c in state.calls])
+        messages.append(guard.observe("r", result).message)
     state = guard.state("r")
     assert state is not None
     assert state.calls[0].args == '{"command":"fetch [redacted]"}'

@@ -29,11 +29,11 @@ def test_six_identical_calls_score_clearly_below_half() -> None:
 
 def test_clean_run_scores_one_and_warn_only_stays_above_half() -> None:
     assert scan(run([model("hello"), *tool("a", {}, "b")]), Config()).score == 1.0
-    # three identical calls whose results were not recorded: certain repeats, unknown
-    # outcome, a warning only
-    events: list[dict[str, Any]] = [
-        {"kind": "tool_call", "name": "web_search", "args": {"q": "x"}} for _ in range(3)
-    ]
+    # a call that gave the same detailed answer twice: told, a warning only
+    answer = "Paris: 18C, cloudy, light wind from the west, no rain until Friday."
+    events: list[dict[str, Any]] = []
+    for _ in range(2):
+        events += tool("web_search", {"q": "x"}, answer)
     report = scan(run(events), Config())
     assert report.verdict == "warn" and 0.5 < report.score < 1.0
 
@@ -149,7 +149,8 @@ def test_unknown_kinds_keep_their_index() -> None:
         events.append({"kind": "heartbeat", "n": i})
         events += tool("s", {"q": "x"}, "same")
     report = scan(run(events), Config())
-    assert report.first_warn == 7 and report.first_stop == 7
+    # calls at 1, 4, 7, 10: the third is told, the fourth stopped (heartbeats counted)
+    assert report.first_warn == 7 and report.first_stop == 10
 
 
 def test_a_recorded_outcome_decides_whether_the_run_ended_well() -> None:

@@ -14,20 +14,23 @@ from loopwatch import Config, scan
 from loopwatch.calibrate import calibrate, wilson_upper
 from loopwatch.cli import main
 
-# How many times a healthy agent polls a status that has not changed yet; with the
-# final poll that sees "done", the same call is made up to 6 times.
-STUCK_POLLS = {1: 0.30, 2: 0.25, 3: 0.20, 4: 0.15, 5: 0.10}
+# How many times a healthy agent re-reads a quota that has not moved yet (this user's
+# traffic: a budget watched before each batch); with the final read that sees it move,
+# the same call is made up to 6 times. Not a wait (no pending status, no sleep): the
+# defaults judge it as a repeat, which this traffic calibrates away.
+SAME_READS = {1: 0.30, 2: 0.25, 3: 0.20, 4: 0.15, 5: 0.10}
+QUOTA = "quota: 120 of 1000 requests used today, resets at midnight UTC"
 
 
 def healthy_run(rng: random.Random, i: int) -> dict[str, Any]:
-    """Distinct work, then a poll that stays 'pending' for k calls before it is done."""
+    """Distinct work, then the same quota read k times before it moves."""
     events: list[dict[str, Any]] = [model("Starting the export job.")]
     for step in range(rng.randint(2, 6)):
         events += tool("read_file", {"path": f"src/f{i}_{step}.py"}, f"contents {i} {step}")
-    k = rng.choices(list(STUCK_POLLS), weights=list(STUCK_POLLS.values()))[0]
+    k = rng.choices(list(SAME_READS), weights=list(SAME_READS.values()))[0]
     for _ in range(k):
-        events += tool("get_job_status", {"job": f"j{i}"}, "status: pending")
-    events += tool("get_job_status", {"job": f"j{i}"}, "status: done")
+        events += tool("get_quota", {"user": f"u{i}"}, QUOTA)
+    events += tool("get_quota", {"user": f"u{i}"}, QUOTA.replace("120", "0"))
     events.append(model("The export finished."))
     return run(events, f"healthy-{i}")
 
@@ -44,7 +47,7 @@ def stop_rate(runs: list[dict[str, Any]], config: Config) -> float:
 
 def test_calibration_meets_the_budget_on_held_out_runs(healthy: list[dict[str, Any]]) -> None:
     train, held_out = healthy[::2], healthy[1::2]
-    assert stop_rate(held_out, Config()) > 0.02  # the defaults stop benign polling here
+    assert stop_rate(held_out, Config()) > 0.02  # the defaults stop this benign repeat
     result = calibrate(train, target_false_stop=0.01)
     assert result.stops_after <= 0.01 * len(train)
     assert stop_rate(held_out, result.config) <= 0.02
@@ -80,7 +83,7 @@ def test_calibrate_cli_writes_a_valid_configuration(
     out = tmp_path / "loopwatch.toml"
     assert main(["calibrate", str(good), "--target-false-stop", "0.01", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    # the defaults stop a poll at its 3rd unchanged status: calibration raises it to 7
+    # the defaults stop the 3rd read of an unmoved quota: calibration raises it to 7
     assert "repeated_call.stop_at: 3 -> 7" in printed and "upper bound" in printed
     loaded = Config.load(out)
     assert loaded.sections["repeated_call"]["stop_at"] == 7

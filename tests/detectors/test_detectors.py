@@ -38,26 +38,46 @@ def firsts(report: Report) -> tuple[int | None, int | None]:
 
 
 # -- repeated call --------------------------------------------------------------------
-def test_repeated_call_stops_the_third_identical_call_after_two_same_results() -> None:
+ANSWER = "Paris: 18C, cloudy, light wind from the west, no rain until Friday."
+
+
+def test_repeated_call_tells_at_the_second_same_answer_and_stops_the_third_call() -> None:
     events: Events = []
     for _ in range(6):
-        events += tool("search", {"q": "x"}, "same")
+        events += tool("search", {"q": "x"}, ANSWER)
     report = only(RepeatedCall(), events)
-    assert firsts(report) == (4, 4)  # calls are at 0, 2, 4, 6, 8, 10
-    assert report.findings[0].severity.value == "stop"
-    assert report.findings[0].steps == (0, 1, 2, 3, 4)
-    assert "search" in report.findings[0].message and "3 times" in report.findings[0].message
-    # two identical calls are a retry, not yet a loop
-    assert firsts(only(RepeatedCall(), events[:4])) == (None, None)
+    # calls at 0, 2, 4...: the second identical answer (3) is told, the third call stops
+    assert firsts(report) == (3, 4)
+    told, stop = report.findings[0], report.findings[1]
+    assert told.severity.value == "warn" and told.steps == (0, 1, 2, 3)
+    assert stop.severity.value == "stop" and stop.steps == (0, 1, 2, 3, 4)
+    assert "search" in stop.message and "3 times" in stop.message
+    assert stop.message.endswith("You were told at step 3.")
+    # a single retry that brings the same answer is told, never stopped
+    assert firsts(only(RepeatedCall(), events[:4])) == (3, None)
+    # two identical calls whose second answer is not back yet: nothing
+    assert firsts(only(RepeatedCall(), events[:3])) == (None, None)
+
+
+def test_a_repeat_whose_answer_says_little_or_failed_is_told_at_the_third_call() -> None:
+    # an empty or bare answer, or a failure, may still change on a retry (a hiccup):
+    # the third call is told (skipped under on_loop="stop"), the fourth stopped
+    for answer in ("ok", "Error: payment does not add up", "<returncode>1</returncode>"):
+        events: Events = []
+        for _ in range(5):
+            events += tool("book", {"id": 1}, answer)
+        report = only(RepeatedCall(), events)
+        assert firsts(report) == (4, 6), answer
+        assert "If you do it again, the run will be stopped." in report.findings[0].message
 
 
 def test_the_same_error_each_time_is_named_in_the_message() -> None:
     events: Events = []
-    for _ in range(3):
+    for _ in range(4):
         events += tool("book", {"id": 1}, "Error: payment does not add up")  # no error flag
     report = only(RepeatedCall(), events)
-    assert firsts(report) == (4, 4)
-    assert "the same error each time" in report.findings[0].message
+    assert firsts(report) == (4, 6)
+    assert all("the same error each time" in f.message for f in report.findings)
 
 
 def test_repeated_call_with_changing_results_is_progress() -> None:
@@ -80,7 +100,8 @@ def test_failed_new_calls_are_not_progress() -> None:
     for i in range(5):
         events += tool("load", {"path": "data"}, "loaded 100 rows")
         events += tool("analyse", {"attempt": i}, f"Traceback: error {i}", error=True)
-    assert firsts(only(RepeatedCall(), events)) == (8, 8)  # the 3rd load
+    # the 3rd load is told (its two before loaded the same bare count), the 4th stopped
+    assert firsts(only(RepeatedCall(), events)) == (8, 12)
 
 
 def test_restarting_from_the_same_step_is_caught_in_the_window() -> None:
@@ -108,19 +129,34 @@ def test_near_identical_long_results_count_as_the_same() -> None:
     assert firsts(only(RepeatedCall(), short)) == (None, None)
 
 
-def test_repeated_call_without_results_warns_but_needs_two_results_to_stop() -> None:
-    # calls proposed and never run (a group chat's code blocks): certain repeats, no
-    # evidence that the outcome is the same
+def test_identical_calls_without_results_prove_nothing() -> None:
+    # calls proposed and never run (a group chat's code blocks), or a screenshot agent
+    # whose screens are not in the trace: the outcome is unknown, not the same
     events = [{"kind": "tool_call", "name": "search", "args": {"q": "x"}} for _ in range(5)]
-    assert firsts(only(RepeatedCall(), events)) == (2, None)
+    assert firsts(only(RepeatedCall(), events)) == (None, None)
+    # results the trace did not record (an image) are unknown too, never "the same"
+    unknown: Events = []
+    for _ in range(5):
+        unknown += [
+            {"kind": "tool_call", "name": "click", "args": {"x": 5, "y": 9}},
+            {"kind": "tool_result", "name": "click", "unknown": ["text"]},
+        ]
+    assert firsts(only(RepeatedCall(), unknown)) == (None, None)
+    # one result of three is no evidence that the other two were the same
+    partly = [*events[:2], {"kind": "tool_result", "name": "search", "text": ANSWER}, events[2]]
+    report = only(RepeatedCall(), partly)
+    assert all("no new result" not in f.message for f in report.findings)
+    assert report.first_stop is None
 
 
 def test_repeated_call_thresholds_are_configurable() -> None:
     events: Events = []
     for _ in range(4):
         events += tool("search", {"q": "x"}, "same")
-    assert firsts(only(RepeatedCall(warn_at=2, stop_at=4), events)) == (2, 6)
-    assert firsts(only(RepeatedCall(warn_at=5, stop_at=None), events)) == (None, None)
+    pinned = RepeatedCall(warn_at=2, stop_at=4, result_warn_at=None)
+    assert firsts(only(pinned, events)) == (2, 6)
+    quiet = RepeatedCall(warn_at=5, stop_at=None, result_warn_at=None)
+    assert firsts(only(quiet, events)) == (None, None)
 
 
 # -- cycle ----------------------------------------------------------------------------
@@ -174,14 +210,25 @@ def test_error_loop_same_error_from_reworded_calls() -> None:
     for i in range(5):
         events += tool("sh", {"cmd": f"pytest -k t{i}"}, "ModuleNotFoundError: foo", error=True)
     report = only(ErrorLoop(), events)
-    assert firsts(report) == (5, 9)
+    assert firsts(report) == (5, 7)  # warned at the 3rd, stopped at the 4th
     assert "same error" in report.findings[0].message
+    assert report.findings[1].message.endswith("You were told at step 5.")
+
+
+def test_error_loop_counts_a_rejection_whose_small_number_moves_as_one_error() -> None:
+    # a harness rejecting the same format mistake: "found 2 actions", "found 3 actions"
+    events: Events = []
+    for n in (2, 3, 2, 3):
+        events += tool("bash", {"command": "ls"}, f"Please provide ONE action, found {n}.", True)
+    assert firsts(only(ErrorLoop(), events)) == (5, 7)
 
 
 def test_error_loop_tool_failing_with_different_errors() -> None:
     events: Events = []
-    for i in range(10):
-        events += tool("sh", {"cmd": f"c{i}"}, f"error number {i}", error=True)
+    words = ["disk", "network", "permission", "syntax", "import", "memory", "timeout",
+             "encoding", "locale", "socket"]  # fmt: skip
+    for i, word in enumerate(words):
+        events += tool("sh", {"cmd": f"c{i}"}, f"{word} problem reported", error=True)
     # warn at the 5th failure in a row (tool_warn_at), stop at the 10th
     assert firsts(only(ErrorLoop(), events)) == (9, 19)
 

@@ -100,10 +100,13 @@ def test_a_think_between_tries_does_not_make_the_same_failing_call_new() -> None
     report = scan(
         run(booking_loop(lambda i: think("The total seems wrong; let me retry."))), Config()
     )
-    # calls at 2, 7, 12: the third identical failing call is stopped before it runs
-    assert report.first_stop == 12
+    # calls at 2, 7, 12, 17: the third identical failing call is told (it may still be a
+    # hiccup), the next one is stopped when its two results came back the same again
+    assert (report.first_warn, report.first_stop) == (12, 13)
     stop = next(f for f in report.findings if f.severity.value == "stop")
-    assert stop.detector == "repeated_call" and "the same error each time" in stop.message
+    assert stop.detector == "error_loop" and "You were told at step 12." in stop.message
+    told = next(f for f in report.findings if f.step == 12)
+    assert told.detector == "repeated_call" and "the same error each time" in told.message
 
     # a real call in between that learns something each time is progress
     def look_up(i: int) -> Events:
@@ -153,7 +156,8 @@ def test_a_rewritten_description_does_not_make_a_repeat_new() -> None:
             error=True,
         )
     report = scan(run(events), Config())
-    assert report.first_stop == 7  # the third run of the same command
+    # the third run of the same command is told, and the agent, told, persists
+    assert (report.first_warn, report.first_stop) == (7, 8)
     message = report.findings[0].message
     assert "the same (reworded) arguments" in message
     # the description is kept for the message
@@ -231,9 +235,9 @@ def test_the_same_refusal_turn_after_turn_is_a_loop() -> None:
     events = talk(REFUSALS, PUSHES)
     report = scan(run(events), Config())
     # replies at 3, 5, 7, ...: each judged at the user turn after it; the reply at 5
-    # restates the one at 3 (step 6), the 2nd restatement warns (step 8), the 4th
+    # restates the one at 3 (step 6), the 3rd restatement warns (step 10), the 4th
     # stops (step 12)
-    assert (report.first_warn, report.first_stop) == (8, 12)
+    assert (report.first_warn, report.first_stop) == (10, 12)
     stop = next(f for f in report.findings if f.severity.value == "stop")
     assert stop.detector == "restated_reply"
     assert "the same thing 5 times" in stop.message
@@ -288,7 +292,8 @@ def test_the_same_failing_call_across_user_turns_that_bring_nothing() -> None:
         return events
 
     deferring = ["Change my flight please", "Please try again", "Can you proceed?", "Go on"]
-    assert scan(run(turns(deferring)), Config()).first_stop == 7
+    # the third identical failure is told (7), the agent persists (the error again, 8)
+    assert scan(run(turns(deferring)), Config()).first_stop == 8
     # each turn names another flight: the user changed the request
     specific = ["Change to HAT030", "Try HAT031", "Then HAT032", "Or HAT033"]
     assert scan(run(turns(specific)), Config()).first_stop is None
@@ -415,14 +420,21 @@ def test_an_instruction_the_trace_did_not_record_is_not_a_repeat() -> None:
 NOT_AVAILABLE = "Error: flight HAT030 not available on date 2024-05-13"
 
 
-def test_re_sending_a_call_that_failed_stops_at_the_third_same_error() -> None:
+def test_re_sending_a_call_that_failed_is_told_at_the_third_same_error() -> None:
     events: Events = [{"kind": "user", "text": "Change my flights"}]
-    for flights in (["HAT030", "HAT002"], ["HAT030", "HAT004"], ["HAT030", "HAT002"]):
+    tries = (["HAT030", "HAT002"], ["HAT030", "HAT004"], ["HAT030", "HAT002"], ["HAT030"])
+    for flights in tries:
         events += tool("update_flights", {"flights": flights}, NOT_AVAILABLE)
+    report = scan(run(events[:7]), Config())
+    # the third failure (the first call, sent again) is told: three identical failures
+    # after which an agent changes approach is a run about to recover
+    assert (report.first_warn, report.first_stop) == (6, None)
+    told = next(f for f in report.findings if f.step == 6)
+    assert told.detector == "error_loop" and told.message.endswith("the run will be stopped.")
     report = scan(run(events), Config())
-    assert report.first_stop == 6  # the third failure: the first call, sent again
+    assert report.first_stop == 8  # a fourth time, told: stopped
     stop = next(f for f in report.findings if f.severity.value == "stop")
-    assert (stop.detector, stop.steps) == ("error_loop", (2, 4, 6))
+    assert (stop.detector, stop.steps) == ("error_loop", (2, 4, 6, 8))
 
 
 def test_different_calls_failing_the_same_way_are_exploring() -> None:

@@ -8,7 +8,7 @@ from ..events import TOOL_CALL, TOOL_RESULT, USER
 from ..findings import Finding, Severity
 from ..fingerprints import is_noop_command
 from ..state import CallRecord, DetectorState
-from ..text import contentless, negative, specifics
+from ..text import contentless, negative
 from .base import Context, Detector, severity_for, trim
 
 _STEPS_MAX = 8  # evidence steps kept
@@ -68,12 +68,12 @@ def _asks_anew(ctx: Context, rec: CallRecord) -> bool:
     the call which got it first did not: another date, route, id or number (a trip
     planned leg by leg whose searches list some of the same flights), not the same
     question in new words (reworded searches landing on the same page). Read from the
-    calls' argument previews; False when the first call left the window."""
+    fingerprints of what the calls ask about (CallRecord.asks, from the arguments
+    themselves: redaction changes no verdict); False when the first left the window."""
     key = rec.result
     for earlier in ctx.calls:
         if earlier is not rec and earlier.result == key and earlier.step < rec.step:
-            before = set(specifics(earlier.args))
-            return any(tok not in before for tok in specifics(rec.args))
+            return not set(rec.asks).issubset(earlier.asks)
     return False
 
 
