@@ -133,10 +133,10 @@ def escalate(
     step and went on: a warning of the same detector and pattern (the detector's own
     warning below its stop threshold, or an earlier stop turned into a warning here),
     or any warning given during the finding's evidence (another detector's warning on
-    the same stretch). Its message then says when ("You were told at step N."). A stop that was not told becomes
-    the warning, recorded in ``RunState.warned``, so the next stop-severity finding of
-    the loop stops the run; a finding marked ``decisive`` (overwhelming on its own, or
-    a budget the user set) stops at once.
+    the same stretch). Its message then says when ("You were told at step N."). A stop
+    that was not told becomes the warning, recorded in ``RunState.warned``, so the next
+    stop-severity finding of the loop stops the run; a finding marked ``decisive``
+    (overwhelming on its own, or a budget the user set) stops at once.
 
     Why: the first sign of a repeat may still be a hiccup (three identical failures
     after which an agent changes approach and solves the task); a stop ends a working
