@@ -40,6 +40,8 @@ _PENDING_MAX: Final = 64
 
 
 _RESULTS_SEEN_MAX: Final = 64  # result / user-input fingerprints remembered per run
+# What every answer of loopwatch's starts with (policy.NOT_RUN, "[loopwatch] Run stopped")
+_OWN_ANSWER: Final = "[loopwatch] "
 
 
 def new_state() -> RunState:
@@ -138,6 +140,11 @@ class Engine:
             if (self.exempt_tools and event.name in self.exempt_tools) or (
                 event.id is None and reflection_tool(event.name)
             ):
+                return []
+            if event.text.startswith(_OWN_ANSWER):
+                # loopwatch's own answer in place of the tool's (a call skipped, a run
+                # stopped), as an adapter hands it to the model and a trace records it:
+                # the tool did not run, and the guard that answered never saw a result
                 return []
             call = _record_result(state, event, step)
         if kind == TOOL_CALL:

@@ -92,10 +92,13 @@ def test_async_functions_are_watched_too() -> None:
         return [await search(q="paris weather") for _ in range(5)]
 
     results = asyncio.run(agent())
-    # two calls ran; the 3rd, 4th and 5th were skipped (max_skips=3: a 6th would stop)
+    # two calls ran; the 3rd was skipped to tell the agent, the 4th and 5th skipped as
+    # the agent persisted (max_skips=3: a 7th would stop)
     assert results == ["18C cloudy"] * 2 + ["SKIPPED"] * 3
     assert len(ran) == 2
-    assert guard.first("skip") == scan(guard.events, config=guard.config).first_stop
+    report = scan(guard.events, config=guard.config)
+    skips = [v.step for v in guard.verdicts if v.action == "skip"]
+    assert (skips[0], skips[1]) == (report.first_warn, report.first_stop)
 
 
 def test_skip_value_can_be_computed_from_the_verdict() -> None:
@@ -179,11 +182,13 @@ def test_positional_and_keyword_calls_are_the_same_call() -> None:
 
     search("x")
     search(q="x")
-    # the defaults stop the 3rd identical call: this one is stopped because it is the same
+    # the defaults tell the 3rd identical call (not run: the agent reads why) and stop
+    # the 4th: both because they are the same call
+    assert "not executed" in search("x", 1)
     with pytest.raises(LoopDetected):
-        search("x", 1)
+        search(page=1, q="x")
     calls = [e for e in guard.events if e["kind"] == "tool_call"]
-    assert [c["args"] for c in calls] == [{"q": "x", "page": 1}] * 3
+    assert [c["args"] for c in calls] == [{"q": "x", "page": 1}] * 4
 
 
 def test_guard_and_keywords_together_are_refused() -> None:

@@ -30,7 +30,8 @@ class Chanting(Detector):
     warn at 6.
 
     Deliberately ignores: code blocks, tables, lists, headings and divider lines,
-    and outputs shorter than ``min_chars`` (they cannot hold ``warn_at`` repeats
+    lines of code outside a block (a reply listing the signature of each changed
+    place), and outputs shorter than ``min_chars`` (they cannot hold ``warn_at`` repeats
     of a 20-character sentence).
     """
 
@@ -92,9 +93,18 @@ def _probe(text: str, repeats: int) -> bool:
     return False
 
 
+# A line of code that ends a unit: a signature or a call (``def parse(self, text) ->
+# Node:``, ``public void run(String a);``), as a reply listing the signature of each
+# changed place repeats it on every line. Listing is not chanting.
+_CODE_LINE: Final = re.compile(r"\w\s*\([^()]*\)(?:\s*->\s*[\w\[\], .|]+?)?\s*[:;{]?\s*$")
+
+
 def most_repeated_chunk(text: str) -> tuple[str, int]:
-    """The most repeated sentence (or 8-word shingle) of a text and its count."""
+    """The most repeated sentence (or 8-word shingle) of a text and its count; lines of
+    code (a signature, a call) are not sentences."""
     body = _STRUCTURED.sub("", _without_fences(text))
+    if "(" in body:
+        body = "\n".join(line for line in body.split("\n") if _CODE_LINE.search(line) is None)
     units = [u for u in _sentences(body) if len(u) >= _MIN_UNIT]
     best, count = "", 0
     if units:

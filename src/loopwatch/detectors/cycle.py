@@ -15,7 +15,10 @@ class Cycle(Detector):
     normalised call key and the result key (``level="call"``, the default): the
     cycle must bring back the same calls *and* the same results, so a research
     loop whose queries or pages change, or an edit/test cycle whose test results
-    move, is not a cycle. A call whose result is not yet known matches on its key.
+    move, is not a cycle. The newest call, whose result is not back yet, matches on its
+    key; an earlier call whose result the trace does not hold matches nothing (calls
+    proposed and never run, a screenshot agent's clicks: identical actions prove
+    nothing by themselves).
 
     :class:`NameCycle` compares tool names only (deer-flow's tool-name cycle layer).
     It fires on legitimate research and edit/test cycles, so it is not in the
@@ -105,8 +108,8 @@ def _match_run(calls: list[CallRecord], keys: list[str], period: int, by_name: b
             break
         if not by_name and i != n - 1:
             ra, rb = calls[i].result, calls[i - period].result
-            if ra is not None and rb is not None and ra != rb:
-                break
+            if ra is None or rb is None or ra != rb:
+                break  # a result the trace does not hold is unknown, never the same
         run += 1
     return run
 

@@ -203,11 +203,13 @@ class RepeatedCall(Detector):
             del streaks[next(iter(streaks))]
         count = entry.count
         severity = severity_for(count, self.warn_at, self.stop_at)
-        if severity is not None and entry.results >= count - 1:
+        if severity is not None and entry.results >= min(count - 1, 2):
             return self._finding(ctx, rec, entry, severity)
-        # Not every earlier call of the streak returned (calls proposed and never run,
-        # a screenshot agent whose screens are not in the trace, a result not yet
-        # seen): identical calls prove nothing by themselves, their outcome is unknown.
+        # Fewer than two results of the streak seen (calls proposed and never run, a
+        # screenshot agent whose screens are not in the trace, a result not yet back):
+        # identical calls prove nothing by themselves, their outcome is unknown. (Two
+        # same results are the evidence: a later call skipped by the guard, which has no
+        # result, does not take it back.)
         if rec.novel or entry.result is None:
             return None
         return self._restarts(ctx, rec, entry.result)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from os.path import commonprefix
 from typing import Final, final
 
 from ..events import MODEL, TOOL_CALL
@@ -80,10 +81,20 @@ class Stagnation(Detector):
 
     def _similar(self, a: str, b: str) -> bool:
         """Word-set Jaccard >= ``similarity``; cheap length test first (Jaccard J
-        needs the shorter text to be at least about J times the longer one)."""
+        needs the shorter text to be at least about J times the longer one). Two
+        outputs that open (or close) with the same long text and differ in the rest
+        are compared by the rest: a role-play agent that starts every message with
+        its fixed preamble restates nothing when what follows is new."""
         short, long = sorted((len(a), len(b)))
         if short < 2 * self.min_words or short < long * self.similarity * 0.75:
             return False
+        head = len(commonprefix((a, b)))
+        if head * 4 >= short:
+            tail = len(commonprefix((a[head:][::-1], b[head:][::-1])))
+            rest_a, rest_b = a[head : len(a) - tail], b[head : len(b) - tail]
+            ra, rb = plain_words(rest_a), plain_words(rest_b)
+            if len(ra) >= self.min_words and len(rb) >= self.min_words:
+                return jaccard(ra, rb) >= self.similarity
         wa, wb = plain_words(a), plain_words(b)
         if len(wa) < self.min_words or len(wb) < self.min_words:
             return False

@@ -1,0 +1,158 @@
+"""Waiting is not looping: polls are judged by a wait budget, not by repetition."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from runs import Events, run, tool
+
+from loopwatch import Config, Guard, WaitBudget, scan
+from loopwatch.fingerprints import declared_wait, reports_pending, waiting_tool
+
+RUNNING = '{"status": "in_progress", "name": "CI", "jobs": 4}'
+
+
+def ci_wait(checks: int, command: str = "sleep 60; gh run view 42 --json status") -> Events:
+    events: Events = []
+    for _ in range(checks):
+        events += tool("Bash", {"command": command}, RUNNING)
+    return events
+
+
+def test_a_status_checked_with_a_wait_between_is_not_stopped_for_repeating() -> None:
+    # ten checks, a minute apart, the same "still running" each time: the task says to
+    # wait for the CI run
+    report = scan(
+        run(ci_wait(10) + tool("Bash", {"command": "gh run view 42"}, "success")), Config()
+    )
+    assert report.verdict == "ok", report.to_dict()
+
+
+def test_a_separate_wait_between_checks_makes_the_check_a_poll() -> None:
+    events: Events = []
+    for _ in range(8):
+        events += tool("Bash", {"command": "sleep 30"}, "")
+        events += tool("Bash", {"command": "kubectl get deploy web -o name"}, "deploy/web 1/3")
+    assert scan(run(events), Config()).verdict == "ok"
+
+
+def test_a_poll_past_the_wait_budget_is_stopped_with_a_message_that_says_it_waited() -> None:
+    report = scan(run(ci_wait(40)), Config())
+    assert report.verdict == "stop"
+    stop = next(f for f in report.findings if f.severity.value == "stop")
+    assert stop.detector == "wait_budget"
+    assert "You have waited for" in stop.message and "wait budget" in stop.message
+    warn = next(f for f in report.findings if f.detector == "wait_budget")
+    assert warn.severity.value == "warn" and "half spent" in warn.message
+    # the budget in time: 30 minutes of sleep 60 is reached before 30 checks
+    assert report.first_stop is not None and report.first_stop < 2 * 32
+
+
+def test_the_wait_budget_is_the_users_to_set() -> None:
+    longer = Config.from_mapping({"wait_budget": {"max_seconds": "2h", "max_attempts": 200}})
+    assert scan(run(ci_wait(40)), longer).verdict == "ok"
+    shorter = Config.from_mapping({"wait_budget": {"max_seconds": "5m"}})
+    report = scan(run(ci_wait(10)), shorter)
+    assert report.verdict == "stop"
+
+
+def test_event_times_measure_the_wait_when_the_trace_has_them() -> None:
+    events: Events = []
+    for i in range(12):
+        t = 1_700_000_000 + 600 * i  # a check every ten minutes
+        events += [
+            {"kind": "tool_call", "name": "get_job_status", "args": {"job": "j"}, "ts": t},
+            {"kind": "tool_result", "name": "get_job_status", "text": "pending", "ts": t + 1},
+        ]
+    report = scan(run(events), Config())
+    stop = next(f for f in report.findings if f.severity.value == "stop")
+    assert stop.detector == "wait_budget" and "min" in stop.message
+
+
+def test_checking_without_waiting_is_warned_early_never_stopped_for_repeating() -> None:
+    events: Events = []
+    for _ in range(12):
+        events += tool("get_job_status", {"job": "j-881"}, "status: pending")
+    report = scan(run(events), Config())
+    assert report.first_warn == 9  # the 5th check
+    assert report.findings[0].detector == "wait_budget"
+    assert "Wait between checks" in report.findings[0].message
+    assert report.first_stop is None
+
+
+def test_a_service_not_up_yet_is_waited_for_not_an_error_loop() -> None:
+    events: Events = []
+    for i in range(4):
+        events += tool(
+            "Bash", {"command": f"sleep {2**i}; curl -s localhost:8080/health"},
+            "curl: (7) Failed to connect to localhost port 8080", error=True,
+        )  # fmt: skip
+    assert scan(run(events), Config()).verdict == "ok"
+
+
+def test_the_same_failing_command_without_a_wait_is_still_an_error_loop() -> None:
+    events: Events = []
+    for _ in range(5):
+        events += tool("Bash", {"command": "curl -s localhost:8080/health"},
+                       "curl: (7) Failed to connect to localhost port 8080", error=True)  # fmt: skip
+    assert scan(run(events), Config()).verdict == "stop"
+
+
+def test_a_status_that_changes_starts_the_count_again() -> None:
+    events: Events = []
+    for i in range(40):
+        events += tool(
+            "Bash", {"command": "sleep 60; gh run view 42"}, f"running: {i // 5} of 8 jobs"
+        )
+    assert scan(run(events), Config()).verdict == "ok"
+
+
+@pytest.mark.parametrize(
+    ("command", "seconds"),
+    [
+        ("sleep 30; gh run view 1", 30.0),
+        ("sleep 5m && check", 300.0),
+        ("kubectl rollout status deploy/x --watch", 0.0),
+        ("gh run watch 123", 0.0),
+        ("docker compose up --wait", 0.0),
+        ("timeout 60 pytest -x", None),  # bounds a command, waits for nothing
+        ("pytest -x", None),
+        ("git status", None),
+    ],
+)
+def test_a_command_that_waits(command: str, seconds: float | None) -> None:
+    assert declared_wait(command) == seconds
+
+
+def test_tools_named_to_wait_and_results_that_say_not_yet() -> None:
+    assert waiting_tool("wait_for_job") and waiting_tool("poll") and waiting_tool("WaitForIt")
+    assert not waiting_tool("awaitable") and not waiting_tool("stopwatch")
+    assert not waiting_tool("get_job_status")  # a status check: its result tells
+    assert reports_pending("status: pending") and reports_pending("Deployment still running")
+    assert reports_pending('{"id": 1, "status": "in_progress"}' + " " * 300)
+    assert not reports_pending("Running 5 tests" + "." * 300)  # a log, not a status
+    assert not reports_pending("FAILED tests/x.py")
+
+
+def test_wait_budget_refuses_nonsense() -> None:
+    with pytest.raises(ValueError, match="max_seconds"):
+        WaitBudget(max_seconds=0)
+    with pytest.raises(Exception, match="max_attempts"):
+        Config.from_mapping({"wait_budget": {"max_attempts": -1}})
+
+
+@settings(max_examples=40, deadline=None)
+@given(checks=st.integers(1, 45), seconds=st.sampled_from([10, 30, 60, 120]))
+def test_guard_and_scan_agree_on_polls(checks: int, seconds: int) -> None:
+    events = ci_wait(checks, f"sleep {seconds}; gh run view 42")
+    report = scan(run(events), Config())
+    guard = Guard(Config())
+    actions: list[Any] = [guard.observe("p", ev).action for ev in events]
+    first_stop = next((i for i, a in enumerate(actions) if a == "stop"), None)
+    assert first_stop == report.first_stop
+    # the wait is stopped only past the budget (30 checks or 30 minutes), never before
+    if report.first_stop is not None:
+        assert checks > 30 or checks * seconds > 1800
