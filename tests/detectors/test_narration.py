@@ -24,8 +24,11 @@ TASK = {"kind": "user", "text": "Task: find the opening hours of the Springfield
 
 
 def banner(notes: list[str]) -> Events:
-    events: Events = [TASK, {"kind": "tool_call", "name": "navigate", "args": {"url": "https://lib.example"}},
-                      said("I can see the library homepage with a cookie banner at the bottom.")]  # fmt: skip
+    events: Events = [
+        TASK,
+        {"kind": "tool_call", "name": "navigate", "args": {"url": "https://lib.example"}},
+        said("I can see the library homepage with a cookie banner at the bottom."),
+    ]
     for i, note in enumerate(notes):
         events += [click(973 + i % 2, 761), said(note)]
     return events
@@ -56,8 +59,10 @@ def test_the_same_click_that_the_narration_says_did_nothing_is_told_then_stopped
 
 
 def test_identical_clicks_whose_narration_names_something_new_each_time_are_progress() -> None:
-    skins = ["DYNASTY AHRI", "MIDNIGHT AHRI", "FOXFIRE AHRI", "POPSTAR AHRI", "ARCADE AHRI",
-             "STAR GUARDIAN AHRI", "K/DA AHRI", "ELDERWOOD AHRI", "COVEN AHRI", "ARCANA AHRI"]  # fmt: skip
+    skins = [
+        "DYNASTY AHRI", "MIDNIGHT AHRI", "FOXFIRE AHRI", "POPSTAR AHRI", "ARCADE AHRI",
+        "STAR GUARDIAN AHRI", "K/DA AHRI", "ELDERWOOD AHRI", "COVEN AHRI", "ARCANA AHRI",
+    ]  # fmt: skip
     notes = [
         f"Now I see {s} appeared. The right arrow is still active. Let me continue." for s in skins
     ]
@@ -137,7 +142,7 @@ def test_reading_a_narration() -> None:
 @settings(max_examples=60, deadline=None)
 @given(
     notes=st.lists(
-        st.sampled_from(STUCK + ["Now I see Room 12 listed.", "Let me look."]), max_size=12
+        st.sampled_from([*STUCK, "Now I see Room 12 listed.", "Let me look."]), max_size=12
     )
 )
 def test_guard_and_scan_agree_step_for_step(notes: list[str]) -> None:

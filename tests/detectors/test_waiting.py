@@ -96,8 +96,12 @@ def test_a_service_not_up_yet_is_waited_for_not_an_error_loop() -> None:
 def test_the_same_failing_command_without_a_wait_is_still_an_error_loop() -> None:
     events: Events = []
     for _ in range(5):
-        events += tool("Bash", {"command": "curl -s localhost:8080/health"},
-                       "curl: (7) Failed to connect to localhost port 8080", error=True)  # fmt: skip
+        events += tool(
+            "Bash",
+            {"command": "curl -s localhost:8080/health"},
+            "curl: (7) Failed to connect to localhost port 8080",
+            error=True,
+        )
     assert scan(run(events), Config()).verdict == "stop"
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from os.path import commonprefix
 from typing import Final, final
 
 from ..events import MODEL, TOOL_CALL
@@ -16,6 +15,15 @@ _STEPS_MAX: Final = 8
 # Only the first characters of an output are compared: a restatement shows from its
 # start, and this bounds the cost per event and the state kept per agent.
 _COMPARE_CHARS: Final = 1500
+
+
+def _shared_head(a: str, b: str) -> int:
+    """How many characters two texts share from their start."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 def _same(a: str, b: str) -> bool:
@@ -88,9 +96,9 @@ class Stagnation(Detector):
         short, long = sorted((len(a), len(b)))
         if short < 2 * self.min_words or short < long * self.similarity * 0.75:
             return False
-        head = len(commonprefix((a, b)))
+        head = _shared_head(a, b)
         if head * 4 >= short:
-            tail = len(commonprefix((a[head:][::-1], b[head:][::-1])))
+            tail = _shared_head(a[head:][::-1], b[head:][::-1])
             rest_a, rest_b = a[head : len(a) - tail], b[head : len(b) - tail]
             ra, rb = plain_words(rest_a), plain_words(rest_b)
             if len(ra) >= self.min_words and len(rb) >= self.min_words:
