@@ -63,7 +63,7 @@ from __future__ import annotations
 import ast
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import xxhash
 
@@ -86,7 +86,7 @@ from ._common import (
 from .base import InputError, TraceRun
 from .otlp_decode import _Bad, _decode_span, _get, _Span, _spans_of
 
-__all__ = ["OtlpReader", "looks_like"]
+__all__ = ["OtlpReader", "RunKeys", "looks_like"]
 
 _TOOL_OPS = frozenset({"execute_tool"})
 _MODEL_OPS = frozenset({"chat", "generate_content", "text_completion", "completion"})
@@ -143,17 +143,139 @@ def looks_like(obj: Any) -> bool:
     )
 
 
+# -- which run a span belongs to (the reader and the live span processor) ----------------
+def hide_redacted(span: _Span) -> None:
+    """Take the attributes an instrumentation wrote as a redaction placeholder out of the
+    span, remembered by key in ``span.hidden``: a value that was not captured, which is
+    never compared (and a hidden output is not an empty one)."""
+    hidden = [k for k, v in span.attrs.items() if v == _REDACTED]
+    if hidden:
+        for k in hidden:
+            del span.attrs[k]
+        span.hidden = frozenset(hidden)
+
+
+def conversation_of(attrs: Mapping[str, Any]) -> str | None:
+    """The conversation (session) id a span carries, if any."""
+    return next((c for k in _CONVERSATION_KEYS if isinstance(c := attrs.get(k), str) and c), None)
+
+
+class RunKeys:
+    """Which run each span belongs to, as spans arrive: one rule for a file and a live
+    process, so that ``loopwatch scan`` of an export and the span processor
+    (:mod:`loopwatch.integrations.opentelemetry`) see the same runs.
+
+    A span with a conversation id (``gen_ai.conversation.id``, OpenInference's
+    ``session.id``) belongs to that conversation, and so does every later span of its
+    trace; a parentless model call whose input messages carry on an earlier call's
+    conversation belongs to that call's run; any other span to its trace. Keys are
+    ``c:<conversation>`` or ``t:<trace id>``; the run id is the key without its prefix.
+    Both maps are bounded (oldest forgotten first).
+    """
+
+    def __init__(self, aliases_max: int = _ALIASES_MAX, chains_max: int = _CHAINS_MAX) -> None:
+        # trace id -> the key of the run its spans belong to (a conversation, or the
+        # first call of a chain of parentless calls)
+        self.key_of: OrderedDict[str, str] = OrderedDict()
+        # hash of a call's input + output messages -> the key of that call's run
+        self.chains: OrderedDict[str, str] = OrderedDict()
+        self.aliases_max = aliases_max
+        self.chains_max = chains_max
+
+    def place(self, span: _Span) -> tuple[str, bool, bool]:
+        """(the key of the span's run; whether this span moved its trace from
+        ``t:<trace id>`` to another run, which then takes the trace's earlier spans;
+        whether the span completes a run: the root of a run that is its own trace)."""
+        conversation = conversation_of(span.attrs)
+        known = self.key_of.get(span.trace_id)
+        chained = _call_messages(span) if span.parent_id is None and conversation is None else None
+        target = None
+        if conversation is not None:
+            target = f"c:{conversation}"
+        elif known is None and chained is not None:
+            target = self._continues(chained[0])
+        moved = False
+        if target is not None and known != target:
+            self.key_of[span.trace_id] = target
+            if len(self.key_of) > self.aliases_max:
+                self.key_of.popitem(last=False)
+            moved = True
+            known = target
+        key = known if known is not None else f"t:{span.trace_id}"
+        if chained is not None:
+            self._register(chained, key)
+        # Conversations span several traces, and so may a chain of parentless calls:
+        # only idleness (or the end) completes them.
+        is_root = span.parent_id is None and known is None and chained is None
+        return key, moved, is_root
+
+    def _continues(self, inputs: list[str]) -> str | None:
+        """The run a parentless call continues: the longest prefix of its input messages
+        that is an earlier call's input followed by that call's output."""
+        hashes = _prefix_hashes(inputs)
+        for h in reversed(hashes):
+            found = self.chains.get(h)
+            if found is not None:
+                return found
+        return None
+
+    def _register(self, chained: tuple[list[str], list[str]], key: str) -> None:
+        inputs, outputs = chained
+        if not outputs:
+            return
+        self.chains[_prefix_hashes(inputs + outputs)[-1]] = key
+        if len(self.chains) > self.chains_max:
+            self.chains.popitem(last=False)
+
+
+N = TypeVar("N")
+
+
+def _itself(span: _Span) -> _Span:
+    return span
+
+
+def agent_name_above(
+    node: N, parent_of: Callable[[N], N | None], span_of: Callable[[N], _Span]
+) -> str | None:
+    """The name of the nearest agent span enclosing ``node``: over a file's spans (the
+    reader) or a live process's open spans (the processor), hence the two functions."""
+    current = parent_of(node)
+    for _ in range(256):
+        if current is None:
+            return None
+        span = span_of(current)
+        if _classify(span.attrs)[1] == "agent":
+            return _span_name(span, "agent")
+        current = parent_of(current)
+    return None
+
+
+def outermost_layer(
+    node: N, parent_of: Callable[[N], N | None], span_of: Callable[[N], _Span]
+) -> N:
+    """The outermost of the tool spans that record the same call as ``node`` (``node``
+    itself when its parent is not a span of the same tool; see :func:`_tool_layers`)."""
+    name = _tool_name(span_of(node))
+    top = node
+    for _ in range(_LAYERS_MAX):
+        up = parent_of(top)
+        if up is None:
+            break
+        span = span_of(up)
+        if _classify(span.attrs)[0] != "tool" or _tool_name(span) != name:
+            break
+        top = up
+    return top
+
+
 # -- the reader --------------------------------------------------------------------------
 class OtlpReader(GroupingReader[_Span]):
     """Streams OTLP JSON into runs (see the module docstring for the mapping)."""
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
-        # trace id -> the key of the run its spans belong to (a conversation, or the
-        # first call of a chain of parentless calls)
-        self.key_of: OrderedDict[str, str] = OrderedDict()
-        # hash of a call's input + output messages -> the key of that call's run
-        self.chains: OrderedDict[str, str] = OrderedDict()
+        self.keys = RunKeys()
         self.problems: dict[str, list[tuple[int | None, str]]] = {}
         self.notes_left = _NOTES_MAX
         self.notes_held = 0
@@ -176,62 +298,20 @@ class OtlpReader(GroupingReader[_Span]):
                 yield InputError(self.path, line, f"not OTLP JSON: {exc}")
 
     def _add(self, span: _Span, problems: list[str]) -> None:
-        hidden = [k for k, v in span.attrs.items() if v == _REDACTED]
-        if hidden:
-            for k in hidden:
-                del span.attrs[k]
-            span.hidden = frozenset(hidden)
-        conversation = next(
-            (c for k in _CONVERSATION_KEYS if isinstance(c := span.attrs.get(k), str) and c),
-            None,
-        )
-        known = self.key_of.get(span.trace_id)
-        chained = _call_messages(span) if span.parent_id is None and conversation is None else None
-        target = None
-        if conversation is not None:
-            target = f"c:{conversation}"
-        elif known is None and chained is not None:
-            target = self._continues(chained[0])
-        if target is not None and known != target:
-            self.key_of[span.trace_id] = target
-            if len(self.key_of) > _ALIASES_MAX:
-                self.key_of.popitem(last=False)
+        hide_redacted(span)
+        key, moved, is_root = self.keys.place(span)
+        if moved:
             # Spans of this trace seen before the run was known: move them over.
             earlier = self.groups.take(f"t:{span.trace_id}")
             if earlier is not None:
                 for old in earlier.records:
-                    self.groups.add(target, old, old.line, False)
-                moved = self.problems.pop(f"t:{span.trace_id}", None)
-                if moved:
-                    self.problems.setdefault(target, []).extend(moved)
-            known = target
-        key = known if known is not None else f"t:{span.trace_id}"
-        if chained is not None:
-            self._register(chained, key)
-        # Conversations span several traces, and so may a chain of parentless calls:
-        # only idleness (or the end) completes them.
-        is_root = span.parent_id is None and known is None and chained is None
+                    self.groups.add(key, old, old.line, False)
+                carried = self.problems.pop(f"t:{span.trace_id}", None)
+                if carried:
+                    self.problems.setdefault(key, []).extend(carried)
         self.groups.add(key, span, span.line, is_root)
         if problems:
             self.problems.setdefault(key, []).extend((span.line, p) for p in problems)
-
-    def _continues(self, inputs: list[str]) -> str | None:
-        """The run a parentless call continues: the longest prefix of its input messages
-        that is an earlier call's input followed by that call's output."""
-        hashes = _prefix_hashes(inputs)
-        for h in reversed(hashes):
-            found = self.chains.get(h)
-            if found is not None:
-                return found
-        return None
-
-    def _register(self, chained: tuple[list[str], list[str]], key: str) -> None:
-        inputs, outputs = chained
-        if not outputs:
-            return
-        self.chains[_prefix_hashes(inputs + outputs)[-1]] = key
-        if len(self.chains) > _CHAINS_MAX:
-            self.chains.popitem(last=False)
 
     def build(self, key: str, spans: list[_Span]) -> Iterator[Item]:
         run_id = key[2:]
@@ -255,16 +335,11 @@ class OtlpReader(GroupingReader[_Span]):
         by_id = {s.span_id: s for s in spans}
         layers, inner_layers = _tool_layers(spans, by_id)
 
+        def parent_of(span: _Span) -> _Span | None:
+            return by_id.get(span.parent_id) if span.parent_id else None
+
         def agent_above(span: _Span) -> str | None:
-            """The name of the nearest enclosing agent span."""
-            current = by_id.get(span.parent_id) if span.parent_id else None
-            for _ in range(256):
-                if current is None:
-                    return None
-                if _classify(current.attrs)[1] == "agent":
-                    return _span_name(current, "agent")
-                current = by_id.get(current.parent_id) if current.parent_id else None
-            return None
+            return agent_name_above(span, parent_of, _itself)
 
         def emit(node: Node, parent: str | None) -> tuple[list[Any], list[Any], str | None]:
             span = node.data
@@ -639,16 +714,14 @@ def _tool_layers(
     """
     layers: dict[str, list[_Span]] = {}
     inner: set[str] = set()
+
+    def parent_of(span: _Span) -> _Span | None:
+        return by_id.get(span.parent_id) if span.parent_id else None
+
     for s in spans:
         if _classify(s.attrs)[0] != "tool":
             continue
-        name = _tool_name(s)
-        top = s
-        for _ in range(_LAYERS_MAX):
-            up = by_id.get(top.parent_id) if top.parent_id else None
-            if up is None or _classify(up.attrs)[0] != "tool" or _tool_name(up) != name:
-                break
-            top = up
+        top = outermost_layer(s, parent_of, _itself)
         if top is not s:
             inner.add(s.span_id)
             layers.setdefault(top.span_id, []).append(s)
