@@ -633,10 +633,16 @@ def _result_text(value: Any) -> str:
 
 
 def _span_name(span: _Span, span_type: str) -> str:
-    """A span event's name: the agent's name for agent spans, else the span's."""
+    """A span event's name: the agent's name for agent spans, else the span's. An
+    instrumentation's placeholder agent name is not the agent's: the span's name says
+    it (the OpenAI Agents v2 instrumentation writes its placeholder when the span starts
+    and the agent's name only when it ends)."""
     a = span.attrs
     name = _first(a, "gen_ai.agent.name", "agent.name") if span_type == "agent" else None
-    if not isinstance(name, str):
+    ident = a.get("gen_ai.agent.id")
+    if not isinstance(name, str) or (
+        isinstance(ident, str) and (name, ident) in _PLACEHOLDER_AGENTS
+    ):
         name = span.name
         for prefix in ("invoke_agent ", "create_agent "):
             name = name.removeprefix(prefix)
