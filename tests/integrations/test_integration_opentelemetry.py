@@ -677,19 +677,24 @@ _ARGS = st.fixed_dictionaries({"q": st.sampled_from(["paris", "rome", "oslo"])})
 _TEXT = st.sampled_from(["18C", "cloudy", "no result", ""])
 
 
+def tool_steps(draw: Any, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "tool", "name": name, "args": args, "result": draw(_TEXT),
+            "error": draw(st.booleans()), "late": draw(st.booleans())}  # fmt: skip
+
+
 @st.composite
 def agent_runs(draw: Any, depth: int = 0) -> dict[str, Any]:
-    """An agent's steps: model turns (maybe asking for tools), tool calls, sub-agents."""
+    """An agent's steps: model turns, each followed by the tools it asked for (as an
+    agent loop runs them), tools run by the program itself, sub-agents."""
     steps: list[Any] = []
     for _ in range(draw(st.integers(1, 6))):
         kind = draw(st.sampled_from(["tool", "model", "agent"] if depth < 1 else ["tool", "model"]))
         if kind == "tool":
-            steps.append({"kind": "tool", "name": draw(_NAMES), "args": draw(_ARGS),
-                          "result": draw(_TEXT), "error": draw(st.booleans()),
-                          "late": draw(st.booleans())})  # fmt: skip
+            steps.append(tool_steps(draw, draw(_NAMES), draw(_ARGS)))
         elif kind == "model":
             calls = draw(st.lists(st.tuples(_NAMES, _ARGS), max_size=2))
             steps.append({"kind": "model", "text": draw(_TEXT), "calls": calls})
+            steps += [tool_steps(draw, name, args) for name, args in calls]
         else:
             steps.append({"kind": "agent", **draw(agent_runs(depth + 1))})
     return {"name": draw(st.sampled_from(["planner", "worker"])), "steps": steps}

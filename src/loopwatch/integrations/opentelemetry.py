@@ -48,7 +48,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 try:
     from opentelemetry import metrics
@@ -64,7 +64,7 @@ from ..findings import Action, Verdict
 from ..guard import Guard
 from ..redact import redact
 from ..traces._common import missing_note
-from ..traces.otlp import _CAPTURE_HINT, _classify, hide_redacted
+from ..traces.otlp import _CAPTURE_HINT, _CONVERSATION_KEYS, _classify, hide_redacted
 from ..traces.otlp_decode import _Bad, _check_types, _Span
 from ..traces.otlp_live import Batch, Judge, LiveRun, Opened, SpanStream
 from ._common import make_guard
@@ -125,7 +125,7 @@ class LoopwatchSpanProcessor(SpanProcessor):
         self._owns_guard = guard is None
         self.guard = make_guard(guard, config)
         self.on_verdict = on_verdict
-        self._stream = SpanStream(_decoded, _attributes)
+        self._stream = SpanStream(_reread)
         self._lock = threading.Lock()
         provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
         meter = provider.get_meter("loopwatch")
@@ -145,13 +145,9 @@ class LoopwatchSpanProcessor(SpanProcessor):
     # -- the SDK's hooks ----------------------------------------------------------------
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
-            ctx = span.get_span_context()
-            parent = span.parent
-            parent_id = None if parent is None else f"{parent.span_id:016x}"
+            view = _view(span)
             with self._lock:
-                batch = self._stream.started(
-                    f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", parent_id, span
-                )
+                batch = self._stream.started(view, span)
                 run = self._hand_over(batch)
             if run is not None:
                 self._judge_held(run, batch)
@@ -160,7 +156,11 @@ class LoopwatchSpanProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
-            decoded = _decoded(span)
+            attrs = _attributes(span)
+            if _classify(attrs)[0] is None and not any(k in attrs for k in _CONVERSATION_KEYS):
+                decoded = _view(span, {})  # no step and no run of its own: nothing to read
+            else:
+                decoded = _decoded(span)
             with self._lock:
                 batch = self._stream.ended(decoded, span)
                 run = self._hand_over(batch)
@@ -280,7 +280,7 @@ def _enclosing(op: Opened) -> Span | None:
             break
         handle = current.handle
         if isinstance(handle, Span) and handle.is_recording():
-            if _classify(handle.attributes or {})[1] == "agent":
+            if _classify(_attributes(handle))[1] == "agent":
                 return handle
             if first_open is None:
                 first_open = handle
@@ -289,45 +289,88 @@ def _enclosing(op: Opened) -> Span | None:
 
 
 # -- SDK spans as the OTLP reader's spans ---------------------------------------------------
-def _attributes(span: ReadableSpan) -> Mapping[str, Any]:
+def _attributes(span: Any) -> Mapping[str, Any]:
+    """The span's attributes as they are, not copied. The SDK keeps them in a plain dict
+    inside its ``BoundedAttributes``; read through the public mapping (a proxy over a
+    lock-taking mapping) they cost several times more, on every span the agent writes.
+    Any SDK without that dict is read through the public mapping."""
+    inner = getattr(getattr(span, "_attributes", None), "_dict", None)
+    if isinstance(inner, dict):
+        return inner
     return span.attributes or {}
 
 
-def _plain(value: Any) -> Any:
-    """An attribute value as the OTLP JSON decoder gives it back (arrays as lists)."""
-    return list(value) if isinstance(value, tuple) else value
-
-
-def _decoded(span: ReadableSpan) -> _Span:
-    """An SDK span (open or ended) as :mod:`loopwatch.traces.otlp_decode` decodes the
-    same span from the OTLP JSON the exporter writes: the same attribute values (and
-    checks of their types), events, status and ids, so that the mapping reads both alike."""
+def _view(span: ReadableSpan, attrs: Mapping[str, Any] | None = None) -> _Span:
+    """The span's ids, name, times and attributes (``attrs``, default: its own, not
+    copied), without its events or status: what the stream decides with."""
     ctx = span.get_span_context()
     if ctx is None:
         raise ValueError(f"span {span.name!r} has no span context")
     parent = span.parent
-    attrs = {k: _plain(v) for k, v in (span.attributes or {}).items()}
-    with contextlib.suppress(_Bad):
-        _check_types(attrs)  # the reader drops a mistyped well-known key, so does this
-    events = [
-        (e.name, {k: _plain(v) for k, v in (e.attributes or {}).items()}) for e in span.events
-    ]
-    status = span.status
-    error = status.status_code is StatusCode.ERROR
-    service = span.resource.attributes.get("service.name") if span.resource else None
-    decoded = _Span(
+    return _Span(
         f"{ctx.trace_id:032x}",
         f"{ctx.span_id:016x}",
         None if parent is None else f"{parent.span_id:016x}",
         span.name,
         span.start_time or 0,
         span.end_time,
-        attrs,
-        error,
-        (status.description or "") if error else "",
-        events,
-        service if isinstance(service, str) else None,
+        cast("dict[str, Any]", _attributes(span) if attrs is None else attrs),
+        False,
+        "",
+        [],
+        None,
         None,
     )
+
+
+def _plain(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Attributes as the OTLP JSON decoder gives them back (arrays as lists), copied."""
+    out = dict(attrs)  # one copy in C: safe while another thread sets an attribute
+    for key, value in out.items():
+        if type(value) is tuple:
+            out[key] = list(value)
+    return out
+
+
+_service_cache: list[Any] = [None, None]  # the last resource seen and its service name
+
+
+def _reread(span: ReadableSpan, view: _Span) -> _Span:
+    """An open span decoded as it is so far (the stream's ``snapshot``)."""
+    return _decoded(span, view)
+
+
+def _service(span: ReadableSpan) -> str | None:
+    resource = span.resource
+    if resource is None:
+        return None
+    if resource is not _service_cache[0]:
+        name = resource.attributes.get("service.name")
+        _service_cache[:] = [resource, name if isinstance(name, str) else None]
+    service: str | None = _service_cache[1]
+    return service
+
+
+def _decoded(span: ReadableSpan, view: _Span | None = None) -> _Span:
+    """An SDK span (open or ended) as :mod:`loopwatch.traces.otlp_decode` decodes the
+    same span from the OTLP JSON the exporter writes: the same attribute values (and
+    checks of their types), events, status and ids, so that the mapping reads both alike.
+    ``view``: the span's view, whose ids are taken rather than formatted again."""
+    attrs = _plain(_attributes(span))
+    if view is None:
+        decoded = _view(span, attrs)
+    else:
+        decoded = _Span(view.trace_id, view.span_id, view.parent_id, span.name, view.start,
+                        span.end_time, attrs, False, "", [], None, None)  # fmt: skip
+    with contextlib.suppress(_Bad):
+        _check_types(decoded.attrs)  # the reader drops a mistyped well-known key, so does this
+    events = span.events
+    if events:
+        decoded.events = [(e.name, _plain(_attributes(e))) for e in events]
+    status = span.status
+    if status.status_code is StatusCode.ERROR:
+        decoded.error = True
+        decoded.status_message = status.description or ""
+    decoded.service = _service(span)
     hide_redacted(decoded)
     return decoded

@@ -148,6 +148,8 @@ def hide_redacted(span: _Span) -> None:
     """Take the attributes an instrumentation wrote as a redaction placeholder out of the
     span, remembered by key in ``span.hidden``: a value that was not captured, which is
     never compared (and a hidden output is not an empty one)."""
+    if _REDACTED not in span.attrs.values():  # the common case, checked in C
+        return
     hidden = [k for k, v in span.attrs.items() if v == _REDACTED]
     if hidden:
         for k in hidden:
@@ -156,8 +158,16 @@ def hide_redacted(span: _Span) -> None:
 
 
 def conversation_of(attrs: Mapping[str, Any]) -> str | None:
-    """The conversation (session) id a span carries, if any."""
-    return next((c for k in _CONVERSATION_KEYS if isinstance(c := attrs.get(k), str) and c), None)
+    """The conversation (session) id a span carries, if any (a redaction placeholder is
+    none: the span processor looks at attributes :func:`hide_redacted` has not seen)."""
+    return next(
+        (
+            c
+            for k in _CONVERSATION_KEYS
+            if isinstance(c := attrs.get(k), str) and c and c != _REDACTED
+        ),
+        None,
+    )
 
 
 class RunKeys:
@@ -391,11 +401,31 @@ class OtlpReader(GroupingReader[_Span]):
 def _classify(a: Mapping[str, Any]) -> tuple[str | None, str]:
     """(what the span is: tool / model / span / None, its span type)."""
     op = a.get("gen_ai.operation.name")
-    op = op.strip().lower() if isinstance(op, str) and op.strip() else None
+    kind = a.get("openinference.span.kind")
+    key = (op if isinstance(op, str) else None, kind if isinstance(kind, str) else None)
+    found = _CLASSES.get(key)
+    if found is None:
+        found = _classify_named(*key)
+        if found is None:
+            return _classify_unnamed(a)
+        if len(_CLASSES) < _CLASSES_MAX:
+            _CLASSES[key] = found
+    return found
+
+
+# (operation name, OpenInference kind) -> what they say: the span processor asks for
+# every span at its start and end, and a handful of names covers them all
+_CLASSES: dict[tuple[str | None, str | None], tuple[str | None, str]] = {}
+_CLASSES_MAX = 4096
+
+
+def _classify_named(op: str | None, kind: str | None) -> tuple[str | None, str] | None:
+    """What a span's GenAI operation name or OpenInference kind says it is; None when
+    it has neither."""
+    op = op.strip().lower() if op is not None and op.strip() else None
     if op in _BOOKKEEPING_OPS:
         return None, ""
-    kind = a.get("openinference.span.kind")
-    kind = kind.strip().upper() if isinstance(kind, str) and kind.strip() else None
+    kind = kind.strip().upper() if kind is not None and kind.strip() else None
     if op in _TOOL_OPS or kind == "TOOL":
         return "tool", "tool"
     if op in _MODEL_OPS or kind == "LLM":
@@ -406,6 +436,12 @@ def _classify(a: Mapping[str, Any]) -> tuple[str | None, str]:
         return "span", op
     if kind is not None:
         return "span", kind.lower()
+    return None
+
+
+def _classify_unnamed(a: Mapping[str, Any]) -> tuple[str | None, str]:
+    """A span with neither an operation name nor a kind: older GenAI conventions by
+    their attributes, Langfuse observations by their type."""
     if any(k in a for k in ("gen_ai.completion", "gen_ai.output.messages", "gen_ai.system")):
         return "model", "llm"
     lf = a.get("langfuse.observation.type")
@@ -779,6 +815,61 @@ def _failure_message(span: _Span) -> Any:
     )
 
 
+# A tool call's values, each from the outermost of the spans recording the call that
+# carries it (``layers``: outermost first). Two functions rather than one, because the
+# span processor reads the call when the span starts and its result when it ends.
+def _layered(layers: tuple[_Span, ...], *keys: str) -> Any:
+    if len(layers) == 1:
+        return _first(layers[0].attrs, *keys)
+    return next((v for c in layers if (v := _first(c.attrs, *keys)) is not None), None)
+
+
+def _layered_event(layers: tuple[_Span, ...], event: str, key: str) -> Any:
+    return next((v for c in layers if (v := _in_events(c.events, event, key)) is not None), None)
+
+
+def _tool_call_id(layers: tuple[_Span, ...]) -> str:
+    return as_text(_layered(layers, "gen_ai.tool.call.id", "tool_call.id") or layers[0].span_id)
+
+
+def _tool_call(
+    layers: tuple[_Span, ...], name: str, ident: str, missing: dict[str, int]
+) -> dict[str, Any]:
+    """The ``tool_call`` event of a tool span (its arguments unknown if not recorded)."""
+    call: dict[str, Any] = {"kind": "tool_call", "name": name, "id": ident}
+    raw_args = _layered(layers, *_ARG_KEYS)
+    if raw_args is None:  # older conventions (Strands' default): in span events
+        raw_args = _layered_event(layers, "gen_ai.tool.message", "content")
+    if raw_args is None:
+        _count(missing, "tool_args")
+        _unknown(call, "args")
+    else:
+        call["args"] = call_input(raw_args)
+    return call
+
+
+def _tool_result(
+    layers: tuple[_Span, ...], name: str, ident: str, missing: dict[str, int]
+) -> dict[str, Any]:
+    """The ``tool_result`` event of a tool span that ended (its text unknown if not
+    recorded; failed when a span says so)."""
+    failed = any(_failed(c) for c in layers)
+    res: dict[str, Any] = {"kind": "tool_result", "name": name, "id": ident}
+    result = _layered(layers, *_RESULT_KEYS)
+    if result is None:
+        result = _layered_event(layers, "gen_ai.choice", "message")
+    if result is None and failed:
+        result = next((m for c in layers if (m := _failure_message(c))), None)
+    if result is None:
+        _count(missing, "tool_results")
+        _unknown(res, "text")
+    else:
+        res["text"] = as_text(maybe_json(result)) if not isinstance(result, str) else result
+    if failed:
+        res["error"] = True
+    return res
+
+
 def _emit(
     span: _Span,
     parent: str | None,
@@ -791,43 +882,12 @@ def _emit(
     a = span.attrs
     what, span_type = _classify(a)
     if what == "tool":
-        # One call, maybe recorded by several nested spans (_tool_layers): each value
-        # from the outermost span that carries it.
+        # One call, maybe recorded by several nested spans (_tool_layers)
         layers = (span, *inner)
-
-        def first(*keys: str) -> Any:
-            return next((v for c in layers if (v := _first(c.attrs, *keys)) is not None), None)
-
-        def in_events(event: str, key: str) -> Any:
-            return next(
-                (v for c in layers if (v := _in_events(c.events, event, key)) is not None), None
-            )
-
         name = _tool_name(span)
-        ident = as_text(first("gen_ai.tool.call.id", "tool_call.id") or span.span_id)
-        failed = any(_failed(c) for c in layers)
-        call: dict[str, Any] = {"kind": "tool_call", "name": name, "id": ident}
-        raw_args = first(*_ARG_KEYS)
-        if raw_args is None:  # older conventions (Strands' default): in span events
-            raw_args = in_events("gen_ai.tool.message", "content")
-        if raw_args is None:
-            _count(missing, "tool_args")
-            _unknown(call, "args")
-        else:
-            call["args"] = call_input(raw_args)
-        res: dict[str, Any] = {"kind": "tool_result", "name": name, "id": ident}
-        result = first(*_RESULT_KEYS)
-        if result is None:
-            result = in_events("gen_ai.choice", "message")
-        if result is None and failed:
-            result = next((m for c in layers if (m := _failure_message(c))), None)
-        if result is None:
-            _count(missing, "tool_results")
-            _unknown(res, "text")
-        else:
-            res["text"] = as_text(maybe_json(result)) if not isinstance(result, str) else result
-        if failed:
-            res["error"] = True
+        ident = _tool_call_id(layers)
+        call = _tool_call(layers, name, ident, missing)
+        res = _tool_result(layers, name, ident, missing)
         return [_with_parent(call, parent)], [_with_parent(res, parent)], None
     if what == "model":
         output = _model_output(a, span.events)

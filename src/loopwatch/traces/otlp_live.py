@@ -55,18 +55,24 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
 from .otlp import (
     _ARG_KEYS,
     _CONVERSATION_KEYS,
     _INPUT_KEYS,
+    _REDACTED,
     RunKeys,
     _classify,
     _emit,
     _is_oi_llm,
     _made_no_call,
+    _tool_call,
+    _tool_call_id,
+    _tool_name,
+    _tool_result,
+    _with_parent,
     agent_name_above,
     outermost_layer,
 )
@@ -108,13 +114,19 @@ class Opened:
         "pev",
         "span_id",
         "trace",
+        "view",
+        "what",
     )
 
-    def __init__(self, span_id: str, parent: Opened | None, handle: Any, trace: _Trace) -> None:
+    def __init__(
+        self, span_id: str, parent: Opened | None, handle: Any, trace: _Trace, view: _Span
+    ) -> None:
         self.span_id = span_id
         self.parent = parent
         self.handle = handle  # the caller's span object (the processor's SDK span)
         self.trace = trace
+        self.view = view  # the span as it is (attributes not copied), to decide with
+        self.what = _classify(view.attrs)[0]  # tool, model, span or None, as last seen
         self.final: _Span | None = None  # the span as it ended
         self.head_done = False  # its start events were read
         self.lost = False  # read before it said what it was: nothing at its start
@@ -211,17 +223,14 @@ class SpanStream:
     """Spans in as they start and end, events out in the reader's order (see the module
     docstring). Not thread-safe: the processor calls it under its lock.
 
-    ``snapshot(handle)`` decodes a span that is still open (its attributes so far);
-    ``attributes(handle)`` gives its attributes without copying them.
+    ``snapshot(handle, view)`` decodes a span that is still open, as it is so far (to
+    read its events from; ``view`` gives its ids). To decide what a span is, the stream
+    looks at the ``view`` it was given when the span started: its attributes as they
+    are, not copied, and its name.
     """
 
-    def __init__(
-        self,
-        snapshot: Callable[[Any], _Span],
-        attributes: Callable[[Any], Mapping[str, Any]],
-    ) -> None:
+    def __init__(self, snapshot: Callable[[Any, _Span], _Span]) -> None:
         self.snapshot = snapshot
-        self.attributes = attributes
         self.keys = RunKeys(_ALIASES_MAX, _CHAINS_MAX)
         self.traces: OrderedDict[str, _Trace] = OrderedDict()
         self.runs: OrderedDict[str, LiveRun] = OrderedDict()
@@ -229,22 +238,22 @@ class SpanStream:
         self.dropped = 0  # entries let go unread (a bound was reached)
 
     # -- the two moments -------------------------------------------------------------
-    def started(self, trace_id: str, span_id: str, parent_id: str | None, handle: Any) -> Batch:
-        """A span started (``handle`` is open): the events that are due now."""
+    def started(self, view: _Span, handle: Any) -> Batch:
+        """A span started (``handle`` is open, ``view`` shows it): the events due now."""
         batch = Batch()
-        trace, fresh = self._trace(trace_id)
+        trace, fresh = self._trace(view.trace_id)
         if len(trace.spans) >= _SPANS_MAX:
             self.dropped += 1
             return batch  # not followed: its events are not read
-        parent = trace.spans.get(parent_id) if parent_id else None
-        op = Opened(span_id, parent, handle, trace)
-        trace.spans[span_id] = op
+        parent = trace.spans.get(view.parent_id) if view.parent_id else None
+        op = Opened(view.span_id, parent, handle, trace, view)
+        trace.spans[view.span_id] = op
         trace.open += 1
-        attrs = self.attributes(handle)
-        if fresh or parent_id is None or any(k in attrs for k in _CONVERSATION_KEYS):
-            self._place(trace, self.snapshot(handle), batch)
+        attrs = view.attrs
+        if fresh or view.parent_id is None or any(k in attrs for k in _CONVERSATION_KEYS):
+            self._place(trace, view, batch)
         run = self._run(trace.key)
-        if _classify(attrs)[0] == "tool":
+        if op.what == "tool":
             self._tool_span_seen(run)
         run.queue.append(_Entry(_START, op))
         self._drain(run, batch, flush=False)
@@ -255,18 +264,20 @@ class SpanStream:
         batch = Batch()
         trace, _ = self._trace(span.trace_id)
         op = trace.spans.get(span.span_id)
-        self._place(trace, span, batch)
+        what = _classify(span.attrs)[0]
+        if span.parent_id is None or any(k in span.attrs for k in _CONVERSATION_KEYS):
+            self._place(trace, span, batch)  # (nothing else can change its run)
         run = self._run(trace.key)
         if op is None:  # its start was not seen (or not followed): read it whole now
             parent = trace.spans.get(span.parent_id) if span.parent_id else None
-            op = Opened(span.span_id, parent, handle, trace)
+            op = Opened(span.span_id, parent, handle, trace, span)
             if len(trace.spans) < _SPANS_MAX:
                 trace.spans[span.span_id] = op
             run.queue.append(_Entry(_START, op))
         else:
             trace.open -= 1
         op.final = span
-        what = _classify(span.attrs)[0]
+        op.what = what
         if what == "tool":
             self._tool_span_seen(run)
             run.queue.append(_Entry(_END, op))
@@ -335,7 +346,7 @@ class SpanStream:
                 new.queue.extend(e for e in old.queue if e.op.trace is trace)
                 old.queue = deque(e for e in old.queue if e.op.trace is not trace)
                 if trace.judged:
-                    stand_in = Opened("", None, None, trace)  # replayed events are not recorded
+                    stand_in = Opened("", None, None, trace, span)  # replays are not recorded
                     batch.judge.extend(Judge(ev, stand_in, False, True) for ev in trace.judged)
                     if old.traces <= 0:
                         batch.forget.append(old.run_id)
@@ -399,12 +410,13 @@ class SpanStream:
             return e.resolved or force
         return e.op.final is not None or force or self._ready(e.op)
 
-    def _waits(self, e: _Entry) -> bool:
+    @staticmethod
+    def _waits(e: _Entry) -> bool:
         """An entry later events do not push: held events wait for the run to show what
         they are, and a model turn for its output (the span's end)."""
         if e.kind in (_CALLS, _NOCALL):
             return True
-        return e.kind == _START and _classify(self.attributes(e.op.handle))[0] == "model"
+        return e.kind == _START and e.op.final is None and e.op.what == "model"
 
     def _pushed(self, q: deque[_Entry]) -> bool:
         """Whether an entry after the first gives an event now (then the first is read
@@ -417,10 +429,8 @@ class SpanStream:
                     return True
             elif e.kind == _START:
                 op = e.op
-                if op.final is not None:
-                    if _classify(op.final.attrs)[0] is not None and not self._is_layer(op):
-                        return True
-                elif self._ready(op) and not self._is_layer(op):
+                ready = op.what is not None if op.final is not None else self._ready(op)
+                if ready and not self._is_layer(op):
                     return True
             elif e.resolved:
                 return True
@@ -429,27 +439,39 @@ class SpanStream:
     def _ready(self, op: Opened) -> bool:
         """A start whose events can be read now: a tool span that carries its arguments
         (or records a call an outer span records), a span that carries its input."""
-        attrs = self.attributes(op.handle)
-        what = _classify(attrs)[0]
+        what = op.what
         if what == "tool":
+            attrs = op.view.attrs
             return any(attrs.get(k) is not None for k in _ARG_KEYS) or self._is_layer(op)
         if what == "span":
+            attrs = op.view.attrs
             return any(attrs.get(k) is not None for k in _INPUT_KEYS)
         return False
 
-    def _span_of(self, op: Opened) -> _Span:
-        return op.final if op.final is not None else self.snapshot(op.handle)
+    def _open_span(self, op: Opened) -> _Span:
+        """An open span to read its start events from: its view itself when it holds
+        nothing the decoder would change (an array, a redaction placeholder), which is
+        the common case and saves a copy; else a snapshot."""
+        values = op.view.attrs.values()
+        if _REDACTED in values or any(type(v) is tuple for v in values):
+            return self.snapshot(op.handle, op.view)
+        return op.view
+
+    @staticmethod
+    def _look(op: Opened) -> _Span:
+        """The span to decide with: as it ended, else its view."""
+        return op.final if op.final is not None else op.view
 
     def _is_layer(self, op: Opened) -> bool:
+        """Whether the span records a call an enclosing span of the same tool records."""
         if op.layer_of is not None:
             return True
-        span = self._span_of(op)
-        if _classify(span.attrs)[0] != "tool" or op.parent is None:
+        if op.what != "tool" or op.parent is None:
             return False
-        return outermost_layer(op, _parent, self._span_of) is not op
+        return outermost_layer(op, _parent, self._look) is not op
 
     def _agent_above(self, op: Opened) -> Callable[[_Span], str | None]:
-        return lambda _span: agent_name_above(op, _parent, self._span_of)
+        return lambda _span: agent_name_above(op, _parent, self._look)
 
     def _take(self, run: LiveRun, e: _Entry, batch: Batch) -> None:
         if e.kind == _START:
@@ -461,31 +483,34 @@ class SpanStream:
                 batch.add(ev, e.op, False)
 
     def _read_start(self, run: LiveRun, op: Opened, batch: Batch) -> None:
-        span = self._span_of(op)
         parent = op.parent
         op.pev = None if parent is None else (parent.own if parent.own is not None else parent.pev)
-        what = _classify(span.attrs)[0]
+        op.what = what = _classify(self._look(op).attrs)[0]
         if what is None or (what == "model" and op.final is None):
             op.lost = True  # may say what it is when it ends: read then (tool, model)
             return
-        op.head_done = True
         if what == "model":
-            self._read_model(run, op, span, batch)
+            assert op.final is not None
+            op.head_done = True
+            self._read_model(run, op, op.final, batch)
             return
         if what == "tool":
             if op.final is not None:
                 # nothing came between its start and its end: the call is read with its
                 # result, from every span that records it (the reader's way)
-                op.head_done = False
                 return
-            top = outermost_layer(op, _parent, self._span_of)
+            top = outermost_layer(op, _parent, self._look)
+            op.head_done = True
             if top is not op:
                 op.layer_of = top
                 return
-            # the call's missing values are counted when it ends, with its result
-            head, _, _ = _emit(span, op.pev, True, {}, {}, self._agent_above(op))
-            op.call_id = head[0].get("id")
+            span = self._open_span(op)
+            op.call_id = _tool_call_id((span,))
+            call = _tool_call((span,), _tool_name(span), op.call_id, self.missing)
+            head = [_with_parent(call, op.pev)]
         else:
+            op.head_done = True
+            span = op.final if op.final is not None else self._open_span(op)
             head, _, op.own = _emit(span, op.pev, True, self.missing, {}, self._agent_above(op))
         for ev in head:
             batch.add(ev, op, op.final is None)
@@ -493,7 +518,7 @@ class SpanStream:
     def _read_end(self, run: LiveRun, op: Opened, batch: Batch) -> None:
         span = op.final
         assert span is not None  # an end entry is queued when the span ends
-        what = _classify(span.attrs)[0]
+        what = op.what
         if what == "model":
             op.lost = False
             op.head_done = True
@@ -502,20 +527,22 @@ class SpanStream:
         if what != "tool":
             return
         if op.layer_of is None and not op.head_done:
-            top = outermost_layer(op, _parent, self._span_of)
+            top = outermost_layer(op, _parent, self._look)
             if top is not op:
                 op.layer_of = top
         if op.layer_of is not None:
             op.layer_of.layers.append(span)
             return
-        layers = sorted(op.layers, key=lambda s: s.start)
-        head, tail, _ = _emit(span, op.pev, True, self.missing, {}, self._agent_above(op), layers)
-        if op.head_done and op.call_id is not None:
-            for ev in tail:  # the result answers the call read at the start
-                ev["id"] = op.call_id
-        for ev in tail if op.head_done else head + tail:
-            batch.add(ev, op, False)
-        op.head_done = True
+        layers = (span, *sorted(op.layers, key=lambda s: s.start))
+        name = _tool_name(span)
+        if not op.head_done:
+            op.call_id = _tool_call_id(layers)
+            batch.add(_with_parent(_tool_call(layers, name, op.call_id, self.missing), op.pev),
+                      op, False)  # fmt: skip
+            op.head_done = True
+        # the result answers the call read at the start, under the id it had then
+        result = _tool_result(layers, name, op.call_id or _tool_call_id(layers), self.missing)
+        batch.add(_with_parent(result, op.pev), op, False)
 
     def _read_model(self, run: LiveRun, op: Opened, span: _Span, batch: Batch) -> None:
         no_call = _made_no_call(span)
