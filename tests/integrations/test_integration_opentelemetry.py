@@ -641,6 +641,22 @@ def test_bookkeeping_goes_when_traces_end_and_is_bounded_when_they_never_do(
         assert not stream.traces
 
 
+def test_a_trace_that_never_ends_keeps_being_read_within_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A session's root span open for the server's life: its ended spans are forgotten
+    when the bound is reached, and the steps after that are still judged."""
+    monkeypatch.setattr(otlp_live, "_SPANS_MAX", 10)
+    w = watch(pinned)
+    with sdk(w.processor) as (tracer, _), agent_span(tracer):
+        for _ in range(30):
+            tool_call(tracer, "search", {"q": "paris"}, "18C")
+        (trace,) = w.processor._stream.traces.values()
+        assert len(trace.spans) <= 10
+    assert len(w.guard.events) == 1 + 30 * 2
+    assert [f.action for f in w.found][-1] == "stop"
+
+
 def test_concurrent_runs_on_threads_each_equal_their_scan() -> None:
     w = watch(pinned)
     with sdk(w.processor) as (tracer, out):

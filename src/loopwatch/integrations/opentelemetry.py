@@ -199,7 +199,10 @@ class LoopwatchSpanProcessor(SpanProcessor):
             for judge in batch.judge:
                 verdict = self._observe(run.run_id, judge.event)
                 if verdict is not None and not judge.replay and verdict.action is not Action.OK:
-                    self._report(run, judge, verdict)
+                    try:
+                        self._report(run, judge, verdict)
+                    except Exception as exc:  # the next steps are still judged
+                        self._failed(exc, "recording a verdict")
         finally:
             run.lock.release()
         if not self._noted and self._stream.missing:

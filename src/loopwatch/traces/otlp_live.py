@@ -5,9 +5,10 @@ final attributes, and the tree. A span processor sees each span twice, when it s
 (the attributes set so far, and the span still open) and when it ends (all of them,
 read-only from then on), and must answer at once. :class:`SpanStream` turns those two
 moments into the events :class:`~loopwatch.traces.otlp.OtlpReader` lists for the same
-spans, in the same order, through the reader's own functions (classification,
-``_emit``, the run-key rule :class:`~loopwatch.traces.otlp.RunKeys`): one mapping, so
-that a live verdict and the scan of the exported file agree step for step.
+spans, in the same order, through the reader's own functions (classification, the
+mapping of tool, model and other spans, the run-key rule
+:class:`~loopwatch.traces.otlp.RunKeys`): one mapping, so that a live verdict and the
+scan of the exported file agree step for step.
 
 When each span is read:
 
@@ -20,11 +21,7 @@ When each span is read:
   is read when the span ends;
 * a model span when it ends (its output is not there before), at its place in the run;
 * an agent or other span at its start when it carries its input, else as soon as the
-  next event of the run comes after it, with what it carries by then (or at its end);
-* a span that says what it is only when it ends (LlamaIndex's OpenInference spans are
-  written whole then): a tool or model span is read when it ends; an enclosing span
-  whose contents were read before it ended is no event (the reader reads it at its
-  start: the one place where the two can differ, with the spans' ``parent`` links).
+  next event of the run comes after it, with what it carries by then (or at its end).
 
 What the reader decides over a whole run, the stream decides as soon as the run shows it:
 
@@ -41,13 +38,22 @@ whatever is held goes. A trace that joins a conversation after some of its event
 judged (the conversation id on a later span) has those events replayed into the
 conversation's run, as the reader moves them.
 
-Bounded: at most ``_TRACES_MAX`` open traces and ``_SPANS_MAX`` spans each, ``_RUNS_MAX``
-runs' bookkeeping (least recently active forgotten first: a run outlives its traces, as
-a conversation or a chain of parentless calls does), ``_QUEUE_MAX`` waiting entries per
-run (the oldest is then read with what it has); a trace's bookkeeping is dropped when its
-last span ends. This module
-imports no OpenTelemetry: the processor (:mod:`loopwatch.integrations.opentelemetry`)
-hands it decoded spans and opaque handles.
+Where the two can differ, because the future is not known yet: a value written only
+when a span ends is not there when the span is read earlier (an agent span's input, with
+the OpenAI Agents instrumentation's chat spans: unknown live); a span that says what it
+is only when it ends (LlamaIndex's OpenInference spans are written whole then) is read
+then if it is a tool or model span, and is no event if it is an enclosing span whose
+contents were read before it ended; a run whose model asked for tools and was called
+again before any tool span came is taken to have no tool spans, where a later tool span
+tells the reader otherwise.
+
+Bounded: at most ``_TRACES_MAX`` open traces and ``_SPANS_MAX`` spans each (the ended
+ones forgotten first), ``_RUNS_MAX`` runs' bookkeeping (least recently active forgotten
+first: a run outlives its traces, as a conversation or a chain of parentless calls
+does), ``_QUEUE_MAX`` waiting entries per run (the oldest is then read with what it
+has); a trace's bookkeeping is dropped when its last span ends. This module imports no
+OpenTelemetry: the processor (:mod:`loopwatch.integrations.opentelemetry`) hands it
+decoded spans and opaque handles.
 """
 
 from __future__ import annotations
@@ -243,8 +249,12 @@ class SpanStream:
         batch = Batch()
         trace, fresh = self._trace(view.trace_id)
         if len(trace.spans) >= _SPANS_MAX:
-            self.dropped += 1
-            return batch  # not followed: its events are not read
+            # a trace that never ends (a server's or a session's root span): forget its
+            # spans that ended (their children hold them); if all are open, let this go
+            trace.spans = {k: o for k, o in trace.spans.items() if o.final is None}
+            if len(trace.spans) >= _SPANS_MAX:
+                self.dropped += 1
+                return batch  # not followed: its events are not read
         parent = trace.spans.get(view.parent_id) if view.parent_id else None
         op = Opened(view.span_id, parent, handle, trace, view)
         trace.spans[view.span_id] = op
