@@ -745,6 +745,18 @@ def _one_turn(state: dict[str, Any], tools: dict[str, Any], handler: Any, tool_s
             otel_context.detach(token)
 
 
+def agents_tools(search: Any) -> list[Any]:
+    """The Agents SDK function tool ``lookup(q)``, answering with ``search(q)``."""
+    import agents
+
+    @agents.function_tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return str(search(q))
+
+    return [lookup]
+
+
 def openai_agents_v2_trace(
     turns: list[Turn],
     tools: list[Any],

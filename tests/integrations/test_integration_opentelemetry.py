@@ -282,14 +282,8 @@ def test_findings_and_stopped_runs_are_counted_by_detector_and_severity() -> Non
 
 # -- 2. the OpenAI Agents SDK and its GenAI instrumentation -------------------------------------
 def _agents_tools() -> list[Any]:
-    agents = pytest.importorskip("agents")
-
-    @agents.function_tool
-    def lookup(q: str) -> str:
-        """Look something up."""
-        return search(q)
-
-    return [lookup]
+    pytest.importorskip("agents")
+    return tc.agents_tools(search)
 
 
 AGENTS = {
@@ -343,15 +337,9 @@ SEARCHES: list[tc.Turn] = [[("search", {"q": "paris weather"})] for _ in range(6
 FINAL: list[tc.Turn] = [[("final_answer", {"answer": "It is 18C and cloudy."})]]
 
 
-def smolagents_run(processors: list[Any], turns: list[tc.Turn] | None = None) -> tuple[Any, int]:
-    """A smolagents ToolCallingAgent traced by OpenInference (the model: smolagents'
-    ``OpenAIModel`` on the scripted transport); (the export, calls the tool ran)."""
-    pytest.importorskip("openinference.instrumentation.smolagents")
-    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
-    from smolagents import OpenAIModel, ToolCallingAgent, tool
-    from smolagents.monitoring import LogLevel
-
-    ran: list[str] = []
+def smolagents_search(ran: list[str]) -> Any:
+    """A smolagents ``search`` tool that notes each query it runs."""
+    from smolagents import tool
 
     @tool
     def search(q: str) -> str:
@@ -363,11 +351,24 @@ def smolagents_run(processors: list[Any], turns: list[tc.Turn] | None = None) ->
         ran.append(q)
         return "18C cloudy"
 
+    return search
+
+
+def smolagents_run(processors: list[Any], turns: list[tc.Turn] | None = None) -> tuple[Any, int]:
+    """A smolagents ToolCallingAgent traced by OpenInference (the model: smolagents'
+    ``OpenAIModel`` on the scripted transport); (the export, calls the tool ran)."""
+    pytest.importorskip("openinference.instrumentation.smolagents")
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+    from smolagents import OpenAIModel, ToolCallingAgent
+    from smolagents.monitoring import LogLevel
+
+    ran: list[str] = []
     with openinference(SmolagentsInstrumentor(), processors=processors) as exporter:
         model = OpenAIModel("gpt-test", client=tc.fake_openai(turns or [*SEARCHES, *FINAL]))
         agent = ToolCallingAgent(
-            tools=[search], model=model, verbosity_level=LogLevel.OFF, max_steps=20
-        )
+            tools=[smolagents_search(ran)], model=model, verbosity_level=LogLevel.OFF,
+            max_steps=20,
+        )  # fmt: skip
         agent.run("Weather in Paris?")
     return tc._otlp_of(exporter.get_finished_spans()), len(ran)
 
@@ -441,7 +442,7 @@ def test_docs_snippet_cancels_the_run_from_the_callback(
     stop; the metrics reach the meter provider given."""
     pytest.importorskip("openinference.instrumentation.smolagents")
     from openinference.instrumentation.smolagents import SmolagentsInstrumentor
-    from smolagents import OpenAIModel, ToolCallingAgent, tool
+    from smolagents import OpenAIModel, ToolCallingAgent
     from smolagents.monitoring import LogLevel
     from smolagents.utils import AgentError
 
@@ -451,23 +452,13 @@ def test_docs_snippet_cancels_the_run_from_the_callback(
         readme_snippet("opentelemetry"), meter_provider=MeterProvider(metric_readers=[reader])
     )
     ran: list[str] = []
-
-    @tool
-    def search(q: str) -> str:
-        """Search the web.
-
-        Args:
-            q: the query
-        """
-        ran.append(q)
-        return "18C cloudy"
-
     try:
         turns: list[tc.Turn] = [[("search", {"q": "paris weather"})] for _ in range(20)]
         model = OpenAIModel("gpt-test", client=tc.fake_openai(turns))
         agent = ToolCallingAgent(
-            tools=[search], model=model, verbosity_level=LogLevel.OFF, max_steps=30
-        )
+            tools=[smolagents_search(ran)], model=model, verbosity_level=LogLevel.OFF,
+            max_steps=30,
+        )  # fmt: skip
         namespace["agent"] = agent
         with pytest.raises(AgentError, match="interrupted"):
             # in a context of its own: the instrumentor leaves the interrupted run's span

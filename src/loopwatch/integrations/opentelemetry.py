@@ -146,11 +146,7 @@ class LoopwatchSpanProcessor(SpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
             view = _view(span)
-            with self._lock:
-                batch = self._stream.started(view, span)
-                run = self._hand_over(batch)
-            if run is not None:
-                self._judge_held(run, batch)
+            self._through_stream(lambda: self._stream.started(view, span))
         except Exception as exc:
             self._failed(exc)
 
@@ -161,11 +157,7 @@ class LoopwatchSpanProcessor(SpanProcessor):
                 decoded = _view(span, {})  # no step and no run of its own: nothing to read
             else:
                 decoded = _decoded(span)
-            with self._lock:
-                batch = self._stream.ended(decoded, span)
-                run = self._hand_over(batch)
-            if run is not None:
-                self._judge_held(run, batch)
+            self._through_stream(lambda: self._stream.ended(decoded, span))
         except Exception as exc:
             self._failed(exc)
 
@@ -182,6 +174,15 @@ class LoopwatchSpanProcessor(SpanProcessor):
         return True  # nothing is buffered for export; held steps wait for their run
 
     # -- judging -----------------------------------------------------------------------
+    def _through_stream(self, step: Callable[[], Batch]) -> None:
+        """One start or end through the stream (under the processor's lock), then the
+        events it made due judged (under their run's lock only)."""
+        with self._lock:
+            batch = step()
+            run = self._hand_over(batch)
+        if run is not None:
+            self._judge_held(run, batch)
+
     def _hand_over(self, batch: Batch) -> LiveRun | None:
         """Take the run's lock before the processor's is let go (called under it): the
         run's events are judged in the order the stream gave them, and other runs'
