@@ -194,6 +194,7 @@ class LoopwatchSpanProcessor(SpanProcessor):
         return run
 
     def _judge_held(self, run: LiveRun, batch: Batch) -> None:
+        """Judge a batch's events under the run's lock (taken by :meth:`_hand_over`)."""
         try:
             for run_id in batch.forget:
                 self.guard.reset(run_id)  # its events were replayed into a conversation
