@@ -462,7 +462,7 @@ class SpanStream:
         """An open span to read its start events from: its view itself when it holds
         nothing the decoder would change (an array, a redaction placeholder), which is
         the common case and saves a copy; else a snapshot."""
-        values = op.view.attrs.values()
+        values = list(op.view.attrs.values())  # one copy in C: another thread may set one
         if _REDACTED in values or any(type(v) is tuple for v in values):
             return self.snapshot(op.handle, op.view)
         return op.view
