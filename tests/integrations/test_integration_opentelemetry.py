@@ -667,7 +667,7 @@ def test_concurrent_runs_on_threads_each_equal_their_scan() -> None:
     assert sorted(r.verdict for r in reports.values()) == ["ok"] * 3 + ["stop"] * 3
 
 
-def test_without_a_meter_provider_the_global_one_is_used_and_shutdown_lets_go() -> None:
+def test_without_a_meter_provider_it_judges_and_shutdown_lets_go() -> None:
     processor = LoopwatchSpanProcessor(detectors=pinned())
     with sdk(processor) as (tracer, _):
         with agent_span(tracer):
