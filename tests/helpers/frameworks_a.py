@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,13 +121,15 @@ def run_snippet(code: str, **names: Any) -> tuple[dict[str, Any], str]:
 
 
 @contextmanager
-def openinference(instrumentor: Any, **options: Any) -> Iterator[Any]:
+def openinference(
+    instrumentor: Any, processors: Sequence[Any] = (), **options: Any
+) -> Iterator[Any]:
     """An OpenInference ``instrumentor`` on for the block, exporting to memory (yields the
     ``InMemorySpanExporter``), and off afterwards: the framework's other tests run on the
-    framework as it is."""
+    framework as it is. ``processors``: more span processors on its provider."""
     from traces_convert import _otel_collector
 
-    provider, exporter = _otel_collector()
+    provider, exporter = _otel_collector(processors)
     instrumentor.instrument(tracer_provider=provider, **options)
     try:
         yield exporter

@@ -15,6 +15,7 @@ import base64
 import datetime as dt
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -562,8 +563,10 @@ def _finish(s: PlanSpan, span: Any) -> None:
 Turn = list[tuple[str, dict[str, Any]]] | str  # tool calls (name, args), or a final answer
 
 
-def _otel_collector() -> tuple[Any, Any]:
-    """A TracerProvider whose finished spans land in a list; (provider, exporter)."""
+def _otel_collector(processors: Sequence[Any] = ()) -> tuple[Any, Any]:
+    """A TracerProvider whose finished spans land in a list; (provider, exporter).
+    ``processors``: span processors added after the exporting one (where a user adds
+    loopwatch's)."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -571,6 +574,8 @@ def _otel_collector() -> tuple[Any, Any]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    for processor in processors:
+        provider.add_span_processor(processor)
     return provider, exporter
 
 
@@ -651,6 +656,7 @@ def openai_v2_trace(
     agent_span: bool = True,
     tool_spans: bool = False,
     runs: int = 1,
+    processors: Sequence[Any] = (),
 ) -> dict[str, Any]:
     """An agent loop over the OpenAI client instrumented by
     ``opentelemetry-instrumentation-openai-v2``, as one OTLP document.
@@ -661,6 +667,7 @@ def openai_v2_trace(
     ``opentelemetry-util-genai``'s handler (what agent frameworks' instrumentations
     use); without ``agent_span`` every model call is a trace of its own.
     ``runs``: how many times the whole conversation is run (interleaved call by call).
+    ``processors``: more span processors on the provider (see :func:`_otel_collector`).
     """
     import os
 
@@ -671,7 +678,7 @@ def openai_v2_trace(
     saved = os.environ.pop(env, None)
     if capture:
         os.environ[env] = "span_only"
-    provider, exporter = _otel_collector()
+    provider, exporter = _otel_collector(processors)
     instrumentor = OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
@@ -738,21 +745,38 @@ def _one_turn(state: dict[str, Any], tools: dict[str, Any], handler: Any, tool_s
             otel_context.detach(token)
 
 
+def agents_tools(search: Any) -> list[Any]:
+    """The Agents SDK function tool ``lookup(q)``, answering with ``search(q)``."""
+    import agents
+
+    @agents.function_tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return str(search(q))
+
+    return [lookup]
+
+
 def openai_agents_v2_trace(
-    turns: list[Turn], tools: list[Any], *, chat_model: bool = False
+    turns: list[Turn],
+    tools: list[Any],
+    *,
+    chat_model: bool = False,
+    processors: Sequence[Any] = (),
 ) -> dict[str, Any]:
     """An OpenAI Agents SDK run recorded by
     ``opentelemetry-instrumentation-openai-agents-v2``, as one OTLP document.
 
     The SDK's ScriptedModel answers (no model spans), or, with ``chat_model``, its
     ``OpenAIChatCompletionsModel`` over the fake OpenAI client (chat spans too).
+    ``processors``: more span processors on the provider (see :func:`_otel_collector`).
     """
     from agents import Agent, OpenAIChatCompletionsModel, Runner
     from agents.testing import ScriptedModel, assistant_message, function_call
     from agents.tracing import set_trace_processors
     from opentelemetry.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 
-    provider, exporter = _otel_collector()
+    provider, exporter = _otel_collector(processors)
     instrumentor = OpenAIAgentsInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     n = 0

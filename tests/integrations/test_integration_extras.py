@@ -28,6 +28,8 @@ CASES = [
     ("claude_agent_sdk", "claude_agent_sdk", "loopwatch[claude-agent-sdk]"),
     ("llama_index", "llama_index", "loopwatch[llama-index]"),
     ("crewai", "crewai", "loopwatch[crewai]"),
+    ("opentelemetry", "opentelemetry.sdk", "loopwatch[otel]"),
+    ("opentelemetry", "opentelemetry", "loopwatch[otel]"),
 ]
 
 

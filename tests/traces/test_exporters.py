@@ -236,14 +236,8 @@ def test_agents_sdk_without_sensitive_data_marks_unknown(tmp_path: Path) -> None
 
 # -- 2. openai-agents-v2 instrumentation -------------------------------------------------------
 def _agents_tools() -> list[Any]:
-    agents = pytest.importorskip("agents")
-
-    @agents.function_tool
-    def lookup(q: str) -> str:
-        """Look something up."""
-        return search(q)
-
-    return [lookup]
+    pytest.importorskip("agents")
+    return tc.agents_tools(search)
 
 
 AGENTS_HEALTHY = [[("lookup", {"q": f"topic {i}"})] for i in range(5)] + ["Done."]

@@ -63,7 +63,7 @@ from __future__ import annotations
 import ast
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import xxhash
 
@@ -86,7 +86,7 @@ from ._common import (
 from .base import InputError, TraceRun
 from .otlp_decode import _Bad, _decode_span, _get, _Span, _spans_of
 
-__all__ = ["OtlpReader", "looks_like"]
+__all__ = ["OtlpReader", "RunKeys", "looks_like"]
 
 _TOOL_OPS = frozenset({"execute_tool"})
 _MODEL_OPS = frozenset({"chat", "generate_content", "text_completion", "completion"})
@@ -143,17 +143,149 @@ def looks_like(obj: Any) -> bool:
     )
 
 
+# -- which run a span belongs to (the reader and the live span processor) ----------------
+def hide_redacted(span: _Span) -> None:
+    """Take the attributes an instrumentation wrote as a redaction placeholder out of the
+    span, remembered by key in ``span.hidden``: a value that was not captured, which is
+    never compared (and a hidden output is not an empty one)."""
+    if _REDACTED not in span.attrs.values():  # the common case, checked in C
+        return
+    hidden = [k for k, v in span.attrs.items() if v == _REDACTED]
+    if hidden:
+        for k in hidden:
+            del span.attrs[k]
+        span.hidden = frozenset(hidden)
+
+
+def conversation_of(attrs: Mapping[str, Any]) -> str | None:
+    """The conversation (session) id a span carries, if any (a redaction placeholder is
+    none: the span processor looks at attributes :func:`hide_redacted` has not seen)."""
+    return next(
+        (
+            c
+            for k in _CONVERSATION_KEYS
+            if isinstance(c := attrs.get(k), str) and c and c != _REDACTED
+        ),
+        None,
+    )
+
+
+class RunKeys:
+    """Which run each span belongs to, as spans arrive: one rule for a file and a live
+    process, so that ``loopwatch scan`` of an export and the span processor
+    (:mod:`loopwatch.integrations.opentelemetry`) see the same runs.
+
+    A span with a conversation id (``gen_ai.conversation.id``, OpenInference's
+    ``session.id``) belongs to that conversation, and so does every later span of its
+    trace; a parentless model call whose input messages carry on an earlier call's
+    conversation belongs to that call's run; any other span to its trace. Keys are
+    ``c:<conversation>`` or ``t:<trace id>``; the run id is the key without its prefix.
+    Both maps are bounded (oldest forgotten first).
+    """
+
+    def __init__(self, aliases_max: int = _ALIASES_MAX, chains_max: int = _CHAINS_MAX) -> None:
+        # trace id -> the key of the run its spans belong to (a conversation, or the
+        # first call of a chain of parentless calls)
+        self.key_of: OrderedDict[str, str] = OrderedDict()
+        # hash of a call's input + output messages -> the key of that call's run
+        self.chains: OrderedDict[str, str] = OrderedDict()
+        self.aliases_max = aliases_max
+        self.chains_max = chains_max
+
+    def place(self, span: _Span) -> tuple[str, bool, bool]:
+        """(the key of the span's run; whether this span moved its trace from
+        ``t:<trace id>`` to another run, which then takes the trace's earlier spans;
+        whether the span completes a run: the root of a run that is its own trace)."""
+        conversation = conversation_of(span.attrs)
+        known = self.key_of.get(span.trace_id)
+        chained = _call_messages(span) if span.parent_id is None and conversation is None else None
+        target = None
+        if conversation is not None:
+            target = f"c:{conversation}"
+        elif known is None and chained is not None:
+            target = self._continues(chained[0])
+        moved = False
+        if target is not None and known != target:
+            self.key_of[span.trace_id] = target
+            if len(self.key_of) > self.aliases_max:
+                self.key_of.popitem(last=False)
+            moved = True
+            known = target
+        key = known if known is not None else f"t:{span.trace_id}"
+        if chained is not None:
+            self._register(chained, key)
+        # Conversations span several traces, and so may a chain of parentless calls:
+        # only idleness (or the end) completes them.
+        is_root = span.parent_id is None and known is None and chained is None
+        return key, moved, is_root
+
+    def _continues(self, inputs: list[str]) -> str | None:
+        """The run a parentless call continues: the longest prefix of its input messages
+        that is an earlier call's input followed by that call's output."""
+        hashes = _prefix_hashes(inputs)
+        for h in reversed(hashes):
+            found = self.chains.get(h)
+            if found is not None:
+                return found
+        return None
+
+    def _register(self, chained: tuple[list[str], list[str]], key: str) -> None:
+        inputs, outputs = chained
+        if not outputs:
+            return
+        self.chains[_prefix_hashes(inputs + outputs)[-1]] = key
+        if len(self.chains) > self.chains_max:
+            self.chains.popitem(last=False)
+
+
+N = TypeVar("N")
+
+
+def _itself(span: _Span) -> _Span:
+    return span
+
+
+def agent_name_above(
+    node: N, parent_of: Callable[[N], N | None], span_of: Callable[[N], _Span]
+) -> str | None:
+    """The name of the nearest agent span enclosing ``node``: over a file's spans (the
+    reader) or a live process's open spans (the processor), hence the two functions."""
+    current = parent_of(node)
+    for _ in range(256):
+        if current is None:
+            return None
+        span = span_of(current)
+        if _classify(span.attrs)[1] == "agent":
+            return _span_name(span, "agent")
+        current = parent_of(current)
+    return None
+
+
+def outermost_layer(
+    node: N, parent_of: Callable[[N], N | None], span_of: Callable[[N], _Span]
+) -> N:
+    """The outermost of the tool spans that record the same call as ``node`` (``node``
+    itself when its parent is not a span of the same tool; see :func:`_tool_layers`)."""
+    name = _tool_name(span_of(node))
+    top = node
+    for _ in range(_LAYERS_MAX):
+        up = parent_of(top)
+        if up is None:
+            break
+        span = span_of(up)
+        if _classify(span.attrs)[0] != "tool" or _tool_name(span) != name:
+            break
+        top = up
+    return top
+
+
 # -- the reader --------------------------------------------------------------------------
 class OtlpReader(GroupingReader[_Span]):
     """Streams OTLP JSON into runs (see the module docstring for the mapping)."""
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
-        # trace id -> the key of the run its spans belong to (a conversation, or the
-        # first call of a chain of parentless calls)
-        self.key_of: OrderedDict[str, str] = OrderedDict()
-        # hash of a call's input + output messages -> the key of that call's run
-        self.chains: OrderedDict[str, str] = OrderedDict()
+        self.keys = RunKeys()
         self.problems: dict[str, list[tuple[int | None, str]]] = {}
         self.notes_left = _NOTES_MAX
         self.notes_held = 0
@@ -176,62 +308,20 @@ class OtlpReader(GroupingReader[_Span]):
                 yield InputError(self.path, line, f"not OTLP JSON: {exc}")
 
     def _add(self, span: _Span, problems: list[str]) -> None:
-        hidden = [k for k, v in span.attrs.items() if v == _REDACTED]
-        if hidden:
-            for k in hidden:
-                del span.attrs[k]
-            span.hidden = frozenset(hidden)
-        conversation = next(
-            (c for k in _CONVERSATION_KEYS if isinstance(c := span.attrs.get(k), str) and c),
-            None,
-        )
-        known = self.key_of.get(span.trace_id)
-        chained = _call_messages(span) if span.parent_id is None and conversation is None else None
-        target = None
-        if conversation is not None:
-            target = f"c:{conversation}"
-        elif known is None and chained is not None:
-            target = self._continues(chained[0])
-        if target is not None and known != target:
-            self.key_of[span.trace_id] = target
-            if len(self.key_of) > _ALIASES_MAX:
-                self.key_of.popitem(last=False)
+        hide_redacted(span)
+        key, moved, is_root = self.keys.place(span)
+        if moved:
             # Spans of this trace seen before the run was known: move them over.
             earlier = self.groups.take(f"t:{span.trace_id}")
             if earlier is not None:
                 for old in earlier.records:
-                    self.groups.add(target, old, old.line, False)
-                moved = self.problems.pop(f"t:{span.trace_id}", None)
-                if moved:
-                    self.problems.setdefault(target, []).extend(moved)
-            known = target
-        key = known if known is not None else f"t:{span.trace_id}"
-        if chained is not None:
-            self._register(chained, key)
-        # Conversations span several traces, and so may a chain of parentless calls:
-        # only idleness (or the end) completes them.
-        is_root = span.parent_id is None and known is None and chained is None
+                    self.groups.add(key, old, old.line, False)
+                carried = self.problems.pop(f"t:{span.trace_id}", None)
+                if carried:
+                    self.problems.setdefault(key, []).extend(carried)
         self.groups.add(key, span, span.line, is_root)
         if problems:
             self.problems.setdefault(key, []).extend((span.line, p) for p in problems)
-
-    def _continues(self, inputs: list[str]) -> str | None:
-        """The run a parentless call continues: the longest prefix of its input messages
-        that is an earlier call's input followed by that call's output."""
-        hashes = _prefix_hashes(inputs)
-        for h in reversed(hashes):
-            found = self.chains.get(h)
-            if found is not None:
-                return found
-        return None
-
-    def _register(self, chained: tuple[list[str], list[str]], key: str) -> None:
-        inputs, outputs = chained
-        if not outputs:
-            return
-        self.chains[_prefix_hashes(inputs + outputs)[-1]] = key
-        if len(self.chains) > _CHAINS_MAX:
-            self.chains.popitem(last=False)
 
     def build(self, key: str, spans: list[_Span]) -> Iterator[Item]:
         run_id = key[2:]
@@ -255,16 +345,11 @@ class OtlpReader(GroupingReader[_Span]):
         by_id = {s.span_id: s for s in spans}
         layers, inner_layers = _tool_layers(spans, by_id)
 
+        def parent_of(span: _Span) -> _Span | None:
+            return by_id.get(span.parent_id) if span.parent_id else None
+
         def agent_above(span: _Span) -> str | None:
-            """The name of the nearest enclosing agent span."""
-            current = by_id.get(span.parent_id) if span.parent_id else None
-            for _ in range(256):
-                if current is None:
-                    return None
-                if _classify(current.attrs)[1] == "agent":
-                    return _span_name(current, "agent")
-                current = by_id.get(current.parent_id) if current.parent_id else None
-            return None
+            return agent_name_above(span, parent_of, _itself)
 
         def emit(node: Node, parent: str | None) -> tuple[list[Any], list[Any], str | None]:
             span = node.data
@@ -316,11 +401,31 @@ class OtlpReader(GroupingReader[_Span]):
 def _classify(a: Mapping[str, Any]) -> tuple[str | None, str]:
     """(what the span is: tool / model / span / None, its span type)."""
     op = a.get("gen_ai.operation.name")
-    op = op.strip().lower() if isinstance(op, str) and op.strip() else None
+    kind = a.get("openinference.span.kind")
+    key = (op if isinstance(op, str) else None, kind if isinstance(kind, str) else None)
+    found = _CLASSES.get(key)
+    if found is None:
+        found = _classify_named(*key)
+        if found is None:
+            return _classify_unnamed(a)
+        if len(_CLASSES) < _CLASSES_MAX:
+            _CLASSES[key] = found
+    return found
+
+
+# (operation name, OpenInference kind) -> what they say: the span processor asks for
+# every span at its start and end, and a handful of names covers them all
+_CLASSES: dict[tuple[str | None, str | None], tuple[str | None, str]] = {}
+_CLASSES_MAX = 4096
+
+
+def _classify_named(op: str | None, kind: str | None) -> tuple[str | None, str] | None:
+    """What a span's GenAI operation name or OpenInference kind says it is; None when
+    it has neither."""
+    op = op.strip().lower() if op is not None and op.strip() else None
     if op in _BOOKKEEPING_OPS:
         return None, ""
-    kind = a.get("openinference.span.kind")
-    kind = kind.strip().upper() if isinstance(kind, str) and kind.strip() else None
+    kind = kind.strip().upper() if kind is not None and kind.strip() else None
     if op in _TOOL_OPS or kind == "TOOL":
         return "tool", "tool"
     if op in _MODEL_OPS or kind == "LLM":
@@ -331,6 +436,12 @@ def _classify(a: Mapping[str, Any]) -> tuple[str | None, str]:
         return "span", op
     if kind is not None:
         return "span", kind.lower()
+    return None
+
+
+def _classify_unnamed(a: Mapping[str, Any]) -> tuple[str | None, str]:
+    """A span with neither an operation name nor a kind: older GenAI conventions by
+    their attributes, Langfuse observations by their type."""
     if any(k in a for k in ("gen_ai.completion", "gen_ai.output.messages", "gen_ai.system")):
         return "model", "llm"
     lf = a.get("langfuse.observation.type")
@@ -558,10 +669,16 @@ def _result_text(value: Any) -> str:
 
 
 def _span_name(span: _Span, span_type: str) -> str:
-    """A span event's name: the agent's name for agent spans, else the span's."""
+    """A span event's name: the agent's name for agent spans, else the span's. An
+    instrumentation's placeholder agent name is not the agent's: the span's name says
+    it (the OpenAI Agents v2 instrumentation writes its placeholder when the span starts
+    and the agent's name only when it ends)."""
     a = span.attrs
     name = _first(a, "gen_ai.agent.name", "agent.name") if span_type == "agent" else None
-    if not isinstance(name, str):
+    ident = a.get("gen_ai.agent.id")
+    if not isinstance(name, str) or (
+        isinstance(ident, str) and (name, ident) in _PLACEHOLDER_AGENTS
+    ):
         name = span.name
         for prefix in ("invoke_agent ", "create_agent "):
             name = name.removeprefix(prefix)
@@ -639,16 +756,14 @@ def _tool_layers(
     """
     layers: dict[str, list[_Span]] = {}
     inner: set[str] = set()
+
+    def parent_of(span: _Span) -> _Span | None:
+        return by_id.get(span.parent_id) if span.parent_id else None
+
     for s in spans:
         if _classify(s.attrs)[0] != "tool":
             continue
-        name = _tool_name(s)
-        top = s
-        for _ in range(_LAYERS_MAX):
-            up = by_id.get(top.parent_id) if top.parent_id else None
-            if up is None or _classify(up.attrs)[0] != "tool" or _tool_name(up) != name:
-                break
-            top = up
+        top = outermost_layer(s, parent_of, _itself)
         if top is not s:
             inner.add(s.span_id)
             layers.setdefault(top.span_id, []).append(s)
@@ -700,6 +815,61 @@ def _failure_message(span: _Span) -> Any:
     )
 
 
+# A tool call's values, each from the outermost of the spans recording the call that
+# carries it (``layers``: outermost first). Two functions rather than one, because the
+# span processor reads the call when the span starts and its result when it ends.
+def _layered(layers: tuple[_Span, ...], *keys: str) -> Any:
+    if len(layers) == 1:
+        return _first(layers[0].attrs, *keys)
+    return next((v for c in layers if (v := _first(c.attrs, *keys)) is not None), None)
+
+
+def _layered_event(layers: tuple[_Span, ...], event: str, key: str) -> Any:
+    return next((v for c in layers if (v := _in_events(c.events, event, key)) is not None), None)
+
+
+def _tool_call_id(layers: tuple[_Span, ...]) -> str:
+    return as_text(_layered(layers, "gen_ai.tool.call.id", "tool_call.id") or layers[0].span_id)
+
+
+def _tool_call(
+    layers: tuple[_Span, ...], name: str, ident: str, missing: dict[str, int]
+) -> dict[str, Any]:
+    """The ``tool_call`` event of a tool span (its arguments unknown if not recorded)."""
+    call: dict[str, Any] = {"kind": "tool_call", "name": name, "id": ident}
+    raw_args = _layered(layers, *_ARG_KEYS)
+    if raw_args is None:  # older conventions (Strands' default): in span events
+        raw_args = _layered_event(layers, "gen_ai.tool.message", "content")
+    if raw_args is None:
+        _count(missing, "tool_args")
+        _unknown(call, "args")
+    else:
+        call["args"] = call_input(raw_args)
+    return call
+
+
+def _tool_result(
+    layers: tuple[_Span, ...], name: str, ident: str, missing: dict[str, int]
+) -> dict[str, Any]:
+    """The ``tool_result`` event of a tool span that ended (its text unknown if not
+    recorded; failed when a span says so)."""
+    failed = any(_failed(c) for c in layers)
+    res: dict[str, Any] = {"kind": "tool_result", "name": name, "id": ident}
+    result = _layered(layers, *_RESULT_KEYS)
+    if result is None:
+        result = _layered_event(layers, "gen_ai.choice", "message")
+    if result is None and failed:
+        result = next((m for c in layers if (m := _failure_message(c))), None)
+    if result is None:
+        _count(missing, "tool_results")
+        _unknown(res, "text")
+    else:
+        res["text"] = as_text(maybe_json(result)) if not isinstance(result, str) else result
+    if failed:
+        res["error"] = True
+    return res
+
+
 def _emit(
     span: _Span,
     parent: str | None,
@@ -712,43 +882,12 @@ def _emit(
     a = span.attrs
     what, span_type = _classify(a)
     if what == "tool":
-        # One call, maybe recorded by several nested spans (_tool_layers): each value
-        # from the outermost span that carries it.
+        # One call, maybe recorded by several nested spans (_tool_layers)
         layers = (span, *inner)
-
-        def first(*keys: str) -> Any:
-            return next((v for c in layers if (v := _first(c.attrs, *keys)) is not None), None)
-
-        def in_events(event: str, key: str) -> Any:
-            return next(
-                (v for c in layers if (v := _in_events(c.events, event, key)) is not None), None
-            )
-
         name = _tool_name(span)
-        ident = as_text(first("gen_ai.tool.call.id", "tool_call.id") or span.span_id)
-        failed = any(_failed(c) for c in layers)
-        call: dict[str, Any] = {"kind": "tool_call", "name": name, "id": ident}
-        raw_args = first(*_ARG_KEYS)
-        if raw_args is None:  # older conventions (Strands' default): in span events
-            raw_args = in_events("gen_ai.tool.message", "content")
-        if raw_args is None:
-            _count(missing, "tool_args")
-            _unknown(call, "args")
-        else:
-            call["args"] = call_input(raw_args)
-        res: dict[str, Any] = {"kind": "tool_result", "name": name, "id": ident}
-        result = first(*_RESULT_KEYS)
-        if result is None:
-            result = in_events("gen_ai.choice", "message")
-        if result is None and failed:
-            result = next((m for c in layers if (m := _failure_message(c))), None)
-        if result is None:
-            _count(missing, "tool_results")
-            _unknown(res, "text")
-        else:
-            res["text"] = as_text(maybe_json(result)) if not isinstance(result, str) else result
-        if failed:
-            res["error"] = True
+        ident = _tool_call_id(layers)
+        call = _tool_call(layers, name, ident, missing)
+        res = _tool_result(layers, name, ident, missing)
         return [_with_parent(call, parent)], [_with_parent(res, parent)], None
     if what == "model":
         output = _model_output(a, span.events)
