@@ -31,6 +31,7 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "claude-agent-sdk": ("claude_agent_sdk",),
     "llama-index": ("llama_index",),
     "crewai": ("crewai",),
+    "mcp": ("mcp",),
 }
 
 

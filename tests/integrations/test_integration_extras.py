@@ -28,6 +28,7 @@ CASES = [
     ("claude_agent_sdk", "claude_agent_sdk", "loopwatch[claude-agent-sdk]"),
     ("llama_index", "llama_index", "loopwatch[llama-index]"),
     ("crewai", "crewai", "loopwatch[crewai]"),
+    ("mcp", "mcp", "loopwatch[mcp]"),
 ]
 
 

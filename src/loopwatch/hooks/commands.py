@@ -52,6 +52,24 @@ def add_parsers(sub: Any) -> None:
             func=_cmd_install if name == "install" else _cmd_uninstall, scope=None,
             config_free=True,
         )  # fmt: skip
+    p_mcp = sub.add_parser(
+        "mcp",
+        help="run an MCP server behind loopwatch (stdio), or reach one at --url",
+        description="Run an MCP server behind loopwatch: `loopwatch mcp -- COMMAND [ARGS]` "
+        "(stdio) or `loopwatch mcp --url URL` (streamable HTTP). The client talks to "
+        "this command over stdio as it would to the server; every tools/call goes "
+        "through the guard.",
+    )
+    p_mcp.add_argument("--url", help="the server's streamable-HTTP endpoint")
+    p_mcp.add_argument(
+        "--header", action="append", default=[], metavar="'NAME: VALUE'",
+        help="an HTTP header for every request to --url (repeatable)",
+    )  # fmt: skip
+    p_mcp.add_argument("--run-id", help="the run's id (default: a new one per session)")
+    p_mcp.add_argument("--config", metavar="FILE", help="a loopwatch.toml or pyproject.toml")
+    p_mcp.add_argument("server", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS]",
+                       help="the server's command line, after --")  # fmt: skip
+    p_mcp.set_defaults(func=_cmd_mcp, config_free=True)
     p_doc = sub.add_parser(
         "doctor", help="show whether the coding-agent hooks are installed and working"
     )
@@ -64,6 +82,18 @@ def _cmd_hook(args: argparse.Namespace, config: Any) -> int:
     from ._dispatch import main
 
     return main([args.agent, *([args.event] if args.event else [])])
+
+
+def _cmd_mcp(args: argparse.Namespace, config: Any) -> int:
+    try:
+        from ..integrations.mcp import main
+    except ModuleNotFoundError as exc:  # the mcp extra is not installed: say which
+        print(f"loopwatch mcp: {exc}", file=sys.stderr)
+        return 2
+    server = list(args.server)
+    if server[:1] == ["--"]:
+        server = server[1:]
+    return main(server, args.url, args.header, args.run_id, args.config)
 
 
 def _cmd_doctor(args: argparse.Namespace, config: Any) -> int:
