@@ -15,6 +15,7 @@ from typing import Any
 
 from . import AGENTS, doctor
 from .install import hook_command, install, settings_path, uninstall
+from .mcp_install import CLIENTS
 
 __all__ = ["add_parsers"]
 
@@ -34,11 +35,17 @@ def add_parsers(sub: Any) -> None:
     p_hook.add_argument("event", nargs="?", default="", help=argparse.SUPPRESS)
     p_hook.set_defaults(func=_cmd_hook, config_free=True)
     for name, helptext in (
-        ("install", "add loopwatch's hooks to a coding agent's settings"),
-        ("uninstall", "remove loopwatch's hooks from a coding agent's settings"),
-    ):
-        p = sub.add_parser(name, help=helptext)
-        p.add_argument("agent", choices=AGENTS)
+        ("install", "add loopwatch's hooks to a coding agent's settings "
+                    "(`install mcp CLIENT`: put a client's MCP servers behind loopwatch)"),
+        ("uninstall", "remove loopwatch's hooks from a coding agent's settings "
+                      "(`uninstall mcp CLIENT`: restore a client's MCP servers)"),
+    ):  # fmt: skip
+        p = sub.add_parser(name, help=helptext, description=helptext)
+        p.add_argument("agent", choices=(*AGENTS, "mcp"))
+        p.add_argument(
+            "client", nargs="?", metavar="CLIENT",
+            help=f"after mcp: the MCP client ({', '.join(CLIENTS)})",
+        )  # fmt: skip
         scope = p.add_mutually_exclusive_group()
         scope.add_argument(
             "--project", dest="scope", action="store_const", const="project",
@@ -109,6 +116,8 @@ def _cmd_uninstall(args: argparse.Namespace, config: Any) -> int:
 
 
 def _edit(args: argparse.Namespace, action: Any) -> int:
+    if args.agent == "mcp" or args.client is not None:
+        return _edit_mcp(args, action is install)
     scope = args.scope or "project"
     path = settings_path(args.agent, scope)
     try:
@@ -125,4 +134,41 @@ def _edit(args: argparse.Namespace, action: Any) -> int:
         print(f"hook command: {hook_command(args.agent, scope)}")
         if args.agent in _NOTES:
             print(_NOTES[args.agent])
+    return 0
+
+
+def _edit_mcp(args: argparse.Namespace, installing: bool) -> int:
+    """``install | uninstall mcp CLIENT``: wrap a client's MCP servers, or restore them."""
+    from . import mcp_install
+
+    if args.agent != "mcp":
+        print(f"loopwatch {args.command}: {args.agent} takes no client (did you mean "
+              f"`loopwatch {args.command} mcp {args.client}`?)", file=sys.stderr)  # fmt: skip
+        return 2
+    if args.client not in CLIENTS:
+        what = f"unknown MCP client {args.client!r}" if args.client else "no MCP client named"
+        print(f"loopwatch {args.command} mcp: {what}; supported: {', '.join(CLIENTS)}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        path = mcp_install.config_path(args.client, args.scope)
+        scope = args.scope or mcp_install.default_scope(args.client)
+        if installing:
+            changes = mcp_install.install(args.client, path, scope)
+        else:
+            changes = mcp_install.uninstall(args.client, path)
+    except (OSError, ValueError) as exc:
+        print(f"loopwatch {args.command} mcp: {exc}", file=sys.stderr)
+        return 2
+    if not path.exists():
+        print(f"{path}: no such file: {args.client} has no MCP servers configured there")
+        return 0
+    if not changes:
+        print(f"{path}: nothing to change")
+        return 0
+    for change in changes:
+        print(f"{path}: {change}")
+    if installing and any(c.startswith("wrapped") for c in changes):
+        print(f"restart {args.client} (or reconnect its MCP servers) to start them behind "
+              "loopwatch")  # fmt: skip
     return 0
