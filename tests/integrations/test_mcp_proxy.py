@@ -151,12 +151,7 @@ async def everything_answers(command: list[str], cwd: Path) -> dict[str, Any]:
         return types.CreateMessageResult(role="assistant", model="scripted",
                                          content=types.TextContent(text="sampled: 42"))  # fmt: skip
 
-    logs: list[Any] = []
-
-    async def logged(params: types.LoggingMessageNotificationParams) -> None:
-        logs.append(params.level)
-
-    async with session(command, cwd, sampling_callback=sampling, logging_callback=logged) as c:
+    async with session(command, cwd, sampling_callback=sampling) as c:
         tools = await c.list_tools()
         names = sorted(t.name for t in tools.tools)
         resources = await c.list_resources()
@@ -185,7 +180,6 @@ async def everything_answers(command: list[str], cwd: Path) -> dict[str, Any]:
                 )
             ),
         }
-        await c.set_logging_level("debug")
     answers["names"] = names
     answers["asked"] = asked
     return answers
@@ -539,9 +533,15 @@ def test_notes_are_appended_and_nothing_else_changes() -> None:
     original = {"content": [{"type": "image", "data": "AA==", "mimeType": "image/png"}],
                 "structuredContent": {"a": 1}, "isError": False, "_meta": {"k": "v"}}  # fmt: skip
     noted = with_notes(original, ["[loopwatch] Warning: w"])
-    assert {k: v for k, v in noted.items() if k != "content"} == {
-        k: v for k, v in original.items() if k != "content"
+    changed = ("content", "structuredContent")
+    assert {k: v for k, v in noted.items() if k not in changed} == {
+        k: v for k, v in original.items() if k not in changed
     }
     assert noted["content"][:1] == original["content"]
     assert noted["content"][1] == {"type": "text", "text": "[loopwatch] Warning: w"}
-    assert len(original["content"]) == 1  # the server's result is not modified in place
+    # clients that show the model the structured content alone see it there too
+    assert noted["structuredContent"] == {"a": 1, "loopwatch": "[loopwatch] Warning: w"}
+    assert original["structuredContent"] == {"a": 1} and len(original["content"]) == 1
+    # a schema that allows no other key: the text blocks alone carry it
+    strict = with_notes(original, ["[loopwatch] Warning: w"], structured=False)
+    assert strict["structuredContent"] == {"a": 1} and len(strict["content"]) == 2

@@ -15,9 +15,10 @@ store keeps it across restarts):
   server answers. A result with no text at all (images, audio, blobs only) is
   ``"unknown": ["text"]``, never the empty string: absent is not equal;
 * a ``warn`` (on the call or on its result) is appended to the result as one more text
-  block, so the model reads it with the result; a ``stop`` on the result is appended
-  the same way, and every later call of the session is refused with the stop's
-  message;
+  block (and under a ``loopwatch`` key of its structured content, which some clients
+  show the model instead of the text: :func:`with_notes`), so the model reads it with
+  the result; a ``stop`` on the result is appended the same way, and every later call
+  of the session is refused with the stop's message;
 * a call whose stop is certain whatever its result (the third no-op in a row) is
   refused before it runs, as the coding-agent hooks do
   (:func:`loopwatch.hooks._dispatch.foresee`).
@@ -295,14 +296,27 @@ def refusal(message: str) -> dict[str, Any]:
     return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
-def with_notes(result: Mapping[str, Any], notes: Sequence[str]) -> dict[str, Any]:
-    """The server's result with loopwatch's sentences as more text blocks, every other
-    field as the server wrote it."""
+def with_notes(
+    result: Mapping[str, Any], notes: Sequence[str], structured: bool = True
+) -> dict[str, Any]:
+    """The server's result with loopwatch's sentences added, every other field as the
+    server wrote it: as more text blocks, and (``structured``) under a ``loopwatch``
+    key of the structured content too.
+
+    Why both: a client that has structured content may show the model only that
+    (Claude Code does), and the sentences must reach the model. ``structured`` is False
+    when the tool's output schema forbids other keys: the client would refuse the
+    result, so the text blocks carry the sentences alone there.
+    """
     content = result.get("content")
     blocks = list(content) if isinstance(content, list) else []
     blocks += [types.TextContent(text=n).model_dump(by_alias=True, exclude_none=True)
                for n in notes]  # fmt: skip
-    return {**result, "content": blocks}
+    out = {**result, "content": blocks}
+    data = result.get("structuredContent")
+    if structured and isinstance(data, dict) and "loopwatch" not in data:
+        out["structuredContent"] = {**data, "loopwatch": " ".join(notes)}
+    return out
 
 
 # -- the relay -------------------------------------------------------------------------
@@ -406,6 +420,20 @@ class _Relay:
         self.judge = judge
         self.http = http
         self.methods: dict[Any, str] = {}  # the client's requests in flight, by id
+        self.tools: dict[Any, str] = {}  # the tool each call in flight names
+        # each tool's output schema, from the session's last tools/list
+        self.output_schemas: dict[str, Any] = {}
+
+    def extra_keys_allowed(self, tool: str | None) -> bool:
+        """Whether the tool's structured content may carry one more key (its output
+        schema does not say ``additionalProperties: false``)."""
+        schema = self.output_schemas.get(tool or "")
+        return not (isinstance(schema, dict) and schema.get("additionalProperties") is False)
+
+    def listed(self, result: Mapping[str, Any]) -> None:
+        for tool in result.get("tools") or ():
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                self.output_schemas[tool["name"]] = tool.get("outputSchema")
 
     async def to_server(self, client_read: Any, server_write: Any, client_write: Any) -> None:
         async for item in client_read:
@@ -423,9 +451,12 @@ class _Relay:
             if isinstance(message, types.JSONRPCRequest):
                 self.methods[message.id] = message.method
                 if message.method == _TOOLS_CALL:
+                    name = (message.params or {}).get("name")
+                    self.tools[message.id] = name if isinstance(name, str) else ""
                     refused = await self.judge.call(message.id, message.params)
                     if refused is not None:
                         self.methods.pop(message.id, None)
+                        self.tools.pop(message.id, None)
                         reply = types.JSONRPCResponse(jsonrpc="2.0", id=message.id,
                                                       result=refusal(refused))  # fmt: skip
                         await client_write.send(SessionMessage(reply))
@@ -447,13 +478,17 @@ class _Relay:
             message = item.message
             if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
                 method = self.methods.pop(message.id, None)
+                tool = self.tools.pop(message.id, None)
                 if isinstance(message, types.JSONRPCResponse):
                     if self.http is not None and method is not None:
                         self.http.answered(method, message.result)
+                    if method == "tools/list":
+                        self.listed(message.result)
                     if method == _TOOLS_CALL:
                         notes = await self.judge.result(message.id, message.result)
                         if notes:
-                            result = with_notes(message.result, notes)
+                            allowed = self.extra_keys_allowed(tool)
+                            result = with_notes(message.result, notes, allowed)
                             item = SessionMessage(types.JSONRPCResponse(
                                 jsonrpc="2.0", id=message.id, result=result))  # fmt: skip
                 elif method == _TOOLS_CALL:
