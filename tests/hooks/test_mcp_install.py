@@ -244,8 +244,8 @@ def test_what_install_writes_starts_the_server_behind_the_proxy(
     """The wrapped command line, run as the client runs it (``loopwatch`` from PATH),
     starts the server behind ``loopwatch mcp``: the SDK's client lists its tools."""
     server = [sys.executable, str(HELPERS / "mcp_server.py")]
-    servers = {"test": {"command": server[0], "args": server[1:]}}
-    path = write(repo / ".mcp.json", json.dumps({"mcpServers": servers}, indent=2))
+    configured = {"test": {"command": server[0], "args": server[1:]}}
+    path = write(repo / ".mcp.json", json.dumps({"mcpServers": configured}, indent=2))
     install("claude-code", path, "project")
     entry = plain(path)["mcpServers"]["test"]
     environ = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}

@@ -410,6 +410,19 @@ def test_a_malformed_message_gets_an_error_and_the_session_goes_on(tmp_path: Pat
     assert proxy.returncode == 0
 
 
+def test_stdin_that_is_not_a_pipe_is_read_too(tmp_path: Path) -> None:
+    """A file (or a terminal) on stdin is read by a thread instead of the event loop:
+    the messages are relayed, and the end of the file ends the session cleanly."""
+    pinned(tmp_path)
+    requests = tmp_path / "requests.jsonl"
+    requests.write_bytes(message(INITIALIZE))
+    with requests.open("rb") as stdin:
+        proc = subprocess.run([*PROXY, "--", *SERVER], cwd=tmp_path, stdin=stdin,
+                              capture_output=True, timeout=60, env=env())  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b"Traceback" not in proc.stderr
+
+
 def one_line_failure(argv: list[str], cwd: Path) -> tuple[int, str]:
     proc = subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True,
                           timeout=60, env=env())  # fmt: skip

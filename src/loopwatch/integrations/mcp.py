@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 import threading
 import uuid
@@ -362,14 +363,91 @@ class _Http:
                         self.tool_headers[tool["name"]] = x_mcp_header_map(tool.get("inputSchema"))
 
 
-class _StdinLines:
-    """The client's messages, one line each, read from stdin by a daemon thread.
+class _PipeLines:
+    """The client's messages, one line each, read from a pipe (or socket) without a
+    thread: the descriptor is made non-blocking and read when the event loop says it
+    is readable.
 
-    Not ``anyio.wrap_file`` (what ``stdio_server`` reads by default): its reads run in a
-    worker thread that cancellation cannot interrupt, so a proxy whose server exited
-    would wait for the client's next line before it could exit; a daemon thread is
-    abandoned instead.
+    Not ``anyio.wrap_file`` (what ``stdio_server`` reads and writes with by default):
+    it moves every read, write and flush to a worker thread, three thread hand-offs
+    per tool call (a millisecond and more on a busy machine, the better part of the
+    proxy's overhead), and a read blocked in a worker thread cannot be cancelled, so
+    a proxy whose server exited would wait for the client's next line to exit.
     """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes of the buffer known to hold no newline
+        self._eof = False
+        self._closed = False
+        self._waiting: anyio.CancelScope | None = None
+
+    def close(self) -> None:
+        """End the iteration now, even while it waits for the client."""
+        self._closed = True
+        if self._waiting is not None:
+            self._waiting.cancel()
+
+    def __aiter__(self) -> _PipeLines:
+        return self
+
+    async def __anext__(self) -> str:
+        while True:
+            if self._closed:
+                raise StopAsyncIteration
+            newline = self._buffer.find(b"\n", self._scanned)
+            if newline >= 0:
+                line = bytes(self._buffer[: newline + 1])
+                del self._buffer[: newline + 1]
+                self._scanned = 0
+                return line.decode("utf-8", "replace")
+            self._scanned = len(self._buffer)
+            if self._eof:
+                if self._buffer:
+                    rest, self._buffer = bytes(self._buffer), bytearray()
+                    return rest.decode("utf-8", "replace")
+                raise StopAsyncIteration
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                with anyio.CancelScope() as self._waiting:
+                    await anyio.wait_readable(self.fd)
+                self._waiting = None
+                continue
+            except OSError:
+                chunk = b""
+            if chunk:
+                self._buffer += chunk
+            else:
+                self._eof = True
+
+
+class _PipeWriter:
+    """The client's side of stdout, written without a thread (see :class:`_PipeLines`);
+    a client that left is a closed stream, not an error."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    async def write(self, text: str) -> None:
+        view = memoryview(text.encode("utf-8"))
+        while view:
+            try:
+                view = view[os.write(self.fd, view) :]
+            except BlockingIOError:
+                await anyio.wait_writable(self.fd)
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                raise anyio.BrokenResourceError from exc
+
+    async def flush(self) -> None:
+        """Nothing is buffered: every write went to the pipe."""
+
+
+class _StdinLines:
+    """The client's messages read by a daemon thread, where stdin is not a pipe or a
+    socket (a terminal, a file, Windows): cancellation abandons the thread instead of
+    waiting for its read."""
 
     def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
@@ -403,6 +481,51 @@ class _StdinLines:
             return await self._receive.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             raise StopAsyncIteration from None
+
+
+def _is_pipe(fd: int) -> bool:
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return sys.platform != "win32" and (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode))
+
+
+@contextlib.asynccontextmanager
+async def _stdio() -> AsyncIterator[Any]:
+    """``stdio_server`` over this process's stdin and stdout, read and written
+    without threads where they are pipes (what every MCP client gives a server).
+    Meanwhile fd 1 points at stderr, as ``stdio_server`` itself arranges, so that
+    nothing printed by accident reaches the client as a message."""
+    if not (_is_pipe(0) and _is_pipe(1)):
+        lines = _StdinLines(sys.stdin.buffer)
+        lines.start()
+        async with stdio_server(stdin=cast(Any, lines)) as streams:
+            try:
+                yield streams
+            finally:
+                lines.close()  # the transport's reader ends before the transport
+        return
+    sys.stdout.flush()
+    wire = os.dup(1)
+    os.dup2(2, 1)
+    blocking = (os.get_blocking(0), os.get_blocking(wire))
+    os.set_blocking(0, False)
+    os.set_blocking(wire, False)
+    try:
+        reader = _PipeLines(0)
+        async with stdio_server(stdin=cast(Any, reader), stdout=cast(Any, _PipeWriter(wire))) as io:
+            try:
+                yield io
+            finally:
+                reader.close()  # the transport's reader ends before the transport
+    finally:
+        with contextlib.suppress(OSError):
+            os.set_blocking(0, blocking[0])
+            os.set_blocking(wire, blocking[1])
+        with contextlib.suppress(OSError):
+            os.dup2(wire, 1)
+            os.close(wire)
 
 
 @dataclass
@@ -586,11 +709,8 @@ async def _relay_session(
     server_write: Any,
     client: AbstractAsyncContextManager[Any] | None,
 ) -> None:
-    stdin: _StdinLines | None = None
     if client is None:
-        stdin = _StdinLines(sys.stdin.buffer)
-        stdin.start()
-        client = stdio_server(stdin=cast(Any, stdin))
+        client = _stdio()
     try:
         async with client as (client_read, client_write):
             try:
@@ -608,8 +728,6 @@ async def _relay_session(
             finally:
                 # end the client transport's own tasks: its reader (blocked handing
                 # over a line nobody will take) and its writer (done once flushed)
-                if stdin is not None:
-                    stdin.close()
                 for stream in (client_write, client_read):
                     with contextlib.suppress(Exception):
                         await stream.aclose()
