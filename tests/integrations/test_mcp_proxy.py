@@ -536,6 +536,23 @@ def test_streamable_http_server_through_the_proxy(tmp_path: Path) -> None:
     assert looping[-1].is_error
 
 
+# -- the docs page's snippet -------------------------------------------------------------
+def test_the_docs_snippet_runs_and_stops_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/integrations/mcp.md's Python block, as written, with the test server as
+    ``server_command`` and ``loopwatch`` on PATH."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "integrations" / "mcp.md").read_text()
+    marker = "<!-- run-by: tests/integrations/test_mcp_proxy.py -->\n```python\n"
+    code = page.split(marker, 1)[1].split("```", 1)[0]
+    pinned(tmp_path, warn_at=2, stop_at=4)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    exec(compile(code, "docs/integrations/mcp.md", "exec"), {"server_command": SERVER})
+    out = capsys.readouterr().out
+    assert out.startswith("True [loopwatch] Run stopped: You called lookup("), out
+
+
 # -- the result as the client gets it ------------------------------------------------------
 def test_a_refusal_is_a_plain_error_result() -> None:
     result = types.CallToolResult.model_validate(refusal("[loopwatch] Run stopped: x"))
