@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from model_server import FakeServer, _message, _sse
+from model_server import FakeServer, _message, _sse, tool_results
 
 from loopwatch.config import DETECTORS
 
@@ -42,16 +42,7 @@ class McpScript:
 
     def results(self) -> list[str]:
         """The tool results Claude Code sent back in its last request, in order."""
-        texts = []
-        for message in self.seen[-1].get("messages", []) if self.seen else []:
-            content = message.get("content")
-            for block in content if isinstance(content, list) else []:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    inner = block.get("content")
-                    if isinstance(inner, list):
-                        inner = " ".join(str(p.get("text", "")) for p in inner)
-                    texts.append(str(inner))
-        return texts
+        return tool_results(self.seen[-1]) if self.seen else []
 
     def __call__(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         request = json.loads(body or b"{}")
