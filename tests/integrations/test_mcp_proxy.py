@@ -25,10 +25,12 @@ from typing import Any
 import anyio
 import pytest
 from mcp import types
+from mcp.client import Client
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from mcp_server import ITEMS
 
 from loopwatch.config import DETECTORS
@@ -286,6 +288,25 @@ def test_skip_refuses_the_call_and_the_session_goes_on(tmp_path: Path) -> None:
     assert forwarded(calls).count("lookup") == len(looping) - len(skipped)
 
 
+def test_a_run_id_in_a_shared_store_outlives_the_proxy(tmp_path: Path) -> None:
+    """With a SQLite store and ``--run-id``, a client that reconnects (a new proxy
+    process) goes on with the same run: its third identical call is stopped although
+    it is the first of this session."""
+    pinned(tmp_path, warn_at=2, stop_at=3, extra=f'store = "sqlite://{tmp_path / "s.db"}"\n')
+    command = [*PROXY, "--run-id", "agent-7", "--", *SERVER]
+
+    async def body() -> tuple[list[types.CallToolResult], types.CallToolResult]:
+        async with session(command, tmp_path) as client:
+            first = await call_until_stopped(client, 2)
+        async with session(command, tmp_path) as client:
+            again = await client.call_tool("lookup", {"query": "weather"})
+        return first, again
+
+    first, again = run(body)
+    assert not any(r.is_error for r in first)
+    assert again.is_error and texts(again)[0].startswith("[loopwatch] Run stopped:")
+
+
 def test_a_broken_configuration_lets_everything_through_and_says_so(tmp_path: Path) -> None:
     (tmp_path / "loopwatch.toml").write_text("on_lop = 'stop'\n")
     errors = tmp_path / "stderr.txt"
@@ -534,6 +555,29 @@ def test_streamable_http_server_through_the_proxy(tmp_path: Path) -> None:
     assert got == expected
     assert any("[loopwatch] Run stopped:" in " ".join(texts(r)) for r in looping)
     assert looping[-1].is_error
+
+
+def test_the_2026_stateless_protocol_over_http(tmp_path: Path) -> None:
+    """A client on the 2026-07-28 revision (no session: each request names its
+    version, method and tool in HTTP headers, which the proxy sets as a client session
+    would) reaches the HTTP server through the proxy, and its loop is stopped."""
+    pinned(tmp_path, warn_at=2, stop_at=3)
+    version = MODERN_PROTOCOL_VERSIONS[-1]
+
+    async def body() -> tuple[list[str], list[types.CallToolResult]]:
+        async with http_server(tmp_path) as url:
+            params = StdioServerParameters(command=PROXY[0], args=[*PROXY[1:], "--url", url],
+                                           cwd=tmp_path, env=env())  # fmt: skip
+            async with Client(params, mode=version) as client:
+                names = [t.name for t in (await client.list_tools()).tools]
+                calls = [await client.call_tool("lookup", {"query": "x"}) for _ in range(5)]
+        return names, calls
+
+    names, calls = run(body)
+    assert "lookup" in names
+    assert texts(calls[0]) == ["No results for 'x'."]
+    assert any("[loopwatch] Run stopped:" in " ".join(texts(r)) for r in calls)
+    assert calls[-1].is_error
 
 
 # -- the docs page's snippet -------------------------------------------------------------
