@@ -24,6 +24,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from mcp import types
 from mcp.client import Client
 from mcp.client.session import ClientSession
@@ -34,7 +36,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from mcp_server import ITEMS
 
 from loopwatch.config import DETECTORS
-from loopwatch.integrations.mcp import refusal, with_notes
+from loopwatch.integrations.mcp import _Call, _result_event, refusal, with_notes
 
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 SERVER = [sys.executable, str(HELPERS / "mcp_server.py")]
@@ -619,3 +621,44 @@ def test_notes_are_appended_and_nothing_else_changes() -> None:
     # a schema that allows no other key: the text blocks alone carry it
     strict = with_notes(original, ["[loopwatch] Warning: w"], structured=False)
     assert strict["structuredContent"] == {"a": 1} and len(strict["content"]) == 2
+
+
+# -- the event a result becomes --------------------------------------------------------------
+TEXT = st.text(max_size=20).map(lambda t: {"type": "text", "text": t})
+IMAGE = st.just({"type": "image", "data": "AA==", "mimeType": "image/png"})
+AUDIO = st.just({"type": "audio", "data": "AA==", "mimeType": "audio/wav"})
+BLOB = st.just({"type": "resource", "resource": {"uri": "file:///b", "blob": "AA=="}})
+EMBEDDED = st.text(max_size=20).map(
+    lambda t: {"type": "resource", "resource": {"uri": "file:///t", "text": t}}
+)
+LINK = st.just({"type": "resource_link", "uri": "file:///l", "name": "l"})
+
+
+@given(
+    blocks=st.lists(st.one_of(TEXT, IMAGE, AUDIO, BLOB, EMBEDDED, LINK), max_size=5),
+    structured=st.one_of(st.none(), st.dictionaries(st.text(max_size=5), st.integers())),
+    is_error=st.booleans(),
+)
+def test_a_result_without_text_is_unknown_never_empty(
+    blocks: list[dict[str, Any]], structured: Any, is_error: bool
+) -> None:
+    result: dict[str, Any] = {"content": blocks, "isError": is_error}
+    if structured is not None:
+        result["structuredContent"] = structured
+    event = _result_event(_Call("t", "7"), result, "")
+    textual = [b for b in blocks if b["type"] in ("text", "resource_link")
+               or (b["type"] == "resource" and "text" in b["resource"])]  # fmt: skip
+    assert event["error"] is is_error and event["id"] == "7" and event["name"] == "t"
+    if textual or structured is not None or not blocks:
+        assert "unknown" not in event and isinstance(event["text"], str)
+        for block in blocks:
+            if block["type"] == "text":
+                assert block["text"] in event["text"]
+    else:  # images, audio, blobs only: nothing to compare
+        assert event["unknown"] == ["text"] and "text" not in event
+
+
+def test_a_protocol_error_is_a_failed_result_with_its_message() -> None:
+    event = _result_event(_Call("t", "1"), None, "Unknown tool: t")
+    assert event == {"kind": "tool_result", "name": "t", "id": "1", "error": True,
+                     "text": "Unknown tool: t"}  # fmt: skip

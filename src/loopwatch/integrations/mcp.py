@@ -133,9 +133,9 @@ class Judge:
     """What the proxy asks the guard, with no I/O: one client session's run.
 
     ``call`` returns the refusal to answer instead of forwarding (``None``: forward);
-    ``result`` returns the sentences to append to the server's result. Thread- and
-    task-safe through one lock: the client's and the server's messages arrive on two
-    tasks, and the run's events must be observed in one order.
+    ``result`` returns the sentences to append to the server's result. One lock: the
+    client's and the server's messages arrive on two tasks, and the run's events must
+    be observed in one order.
     """
 
     def __init__(self, guard: Guard | None, run_id: str) -> None:
@@ -191,13 +191,10 @@ class Judge:
             self._pending[request_id] = _Call(name, event_id, message if action == "warn" else "")
             return None
 
-    def forget(self, request_id: Any) -> _Call | None:
-        """The client cancelled a call: it may or may not have run."""
-        return self._pending.pop(request_id, None)
-
     async def cancelled(self, request_id: Any) -> None:
-        """A cancelled call's result is unknown (never equal to another)."""
-        call = self.forget(request_id)
+        """The client cancelled a call: it may or may not have run, so its result is
+        unknown (never equal to another)."""
+        call = self._pending.pop(request_id, None)
         if call is None or not call.observed or self.guard is None:
             return
         async with self._lock:
@@ -208,9 +205,12 @@ class Judge:
     def is_pending(self, request_id: Any) -> bool:
         return request_id in self._pending
 
-    async def result(self, request_id: Any, result: Mapping[str, Any] | None) -> list[str]:
-        """The server answered a pending call (``result`` None: with a JSON-RPC error):
-        the sentences to add to the answer, warnings and a stop."""
+    async def result(
+        self, request_id: Any, result: Mapping[str, Any] | None, error: str = ""
+    ) -> list[str]:
+        """The server answered a pending call (``result`` None: with a JSON-RPC error,
+        whose message is ``error``): the sentences to add to the answer, warnings and a
+        stop."""
         call = self._pending.pop(request_id, None)
         if call is None:
             return []
@@ -221,7 +221,7 @@ class Judge:
             return notes
         async with self._lock:
             self._last_kind = "tool_result"
-            verdict = await self._observe(_result_event(call, result))
+            verdict = await self._observe(_result_event(call, result, error))
             if verdict is None:
                 return notes
             action, message = str(verdict.action), verdict.message or ""
@@ -230,9 +230,6 @@ class Judge:
             if action in ("warn", "stop") and message and message not in notes:
                 notes.append(message)
             return notes
-
-    def pending_ids(self) -> list[Any]:
-        return list(self._pending)
 
 
 def _call_params(params: Mapping[str, Any] | None) -> tuple[str, dict[str, Any], bool] | None:
@@ -251,12 +248,13 @@ def _needs_more_input(result: Mapping[str, Any]) -> bool:
     return result.get("resultType") == "input_required"
 
 
-def _result_event(call: _Call, result: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The ``tool_result`` event of a call's answer (``None``: a JSON-RPC error)."""
+def _result_event(call: _Call, result: Mapping[str, Any] | None, error: str) -> dict[str, Any]:
+    """The ``tool_result`` event of a call's answer (``None``: a JSON-RPC error, whose
+    message is what the client, and so the model, reads of it)."""
     event: dict[str, Any] = {"kind": "tool_result", "name": call.name, "id": call.event_id}
     if result is None:
         event["error"] = True
-        event["unknown"] = ["text"]
+        event["text"] = error
         return event
     try:
         parsed = types.CallToolResult.model_validate(result, by_name=False)
@@ -615,7 +613,7 @@ class _Relay:
                             item = SessionMessage(types.JSONRPCResponse(
                                 jsonrpc="2.0", id=message.id, result=result))  # fmt: skip
                 elif method == _TOOLS_CALL:
-                    notes = await self.judge.result(message.id, None)
+                    notes = await self.judge.result(message.id, None, message.error.message)
                     if notes:
                         text = " ".join([message.error.message, *notes])
                         error = message.error.model_copy(update={"message": text})
