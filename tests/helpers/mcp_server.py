@@ -7,7 +7,8 @@ result), ``picture`` (an image only: no text), ``slow`` (reports progress, for
 cancellation), ``crash`` (the process exits with status 3 mid-call), ``big`` (a
 result of N characters). A resource, a resource template and a prompt, for the
 pass-through tests. ``$MCP_TEST_CALLS`` names a file where each call of ``lookup``,
-``echo`` and ``next_item`` appends the tool's name (what reached the server), and
+``echo`` and ``next_item`` appends the tool's name (and a cancelled ``slow``
+``slow-cancelled``) (what reached the server), and
 ``$MCP_TEST_PID`` one where the server writes its process id.
 """
 
@@ -89,10 +90,14 @@ def picture() -> ImageContent:
 
 @server.tool()
 async def slow(steps: int, ctx: Context) -> str:
-    """Reports progress for a while."""
-    for i in range(steps):
-        await ctx.report_progress(i, steps)
-        await anyio.sleep(0.05)
+    """Reports progress for a while; a cancellation is recorded (``slow-cancelled``)."""
+    try:
+        for i in range(steps):
+            await ctx.report_progress(i, steps)
+            await anyio.sleep(0.05)
+    except anyio.get_cancelled_exc_class():
+        _record("slow-cancelled")
+        raise
     return "done"
 
 

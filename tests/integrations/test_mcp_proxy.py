@@ -309,6 +309,29 @@ def test_a_run_id_in_a_shared_store_outlives_the_proxy(tmp_path: Path) -> None:
     assert again.is_error and texts(again)[0].startswith("[loopwatch] Run stopped:")
 
 
+def test_a_cancelled_call_passes_through_and_the_session_goes_on(tmp_path: Path) -> None:
+    """The client gives up on a long call (the SDK sends notifications/cancelled): the
+    server gets the cancellation, and the session answers the next call at once."""
+    pinned(tmp_path)
+    calls = tmp_path / "calls.txt"
+
+    async def body() -> list[str]:
+        async with session([*PROXY, "--", *SERVER], tmp_path,
+                           environ=env(MCP_TEST_CALLS=str(calls))) as client:  # fmt: skip
+            with anyio.move_on_after(0.5) as gave_up:
+                await client.call_tool("slow", {"steps": 10_000})
+            assert gave_up.cancelled_caught
+            answer = texts(await client.call_tool("echo", {"text": "next"}))
+            # while the session lasts (at its end the server would cancel it anyway)
+            with anyio.move_on_after(20):
+                while "slow-cancelled" not in forwarded(calls):
+                    await anyio.sleep(0.05)
+            return answer
+
+    assert run(body) == ["next"]
+    assert "slow-cancelled" in forwarded(calls)
+
+
 def test_a_broken_configuration_lets_everything_through_and_says_so(tmp_path: Path) -> None:
     (tmp_path / "loopwatch.toml").write_text("on_lop = 'stop'\n")
     errors = tmp_path / "stderr.txt"
