@@ -32,6 +32,7 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "llama-index": ("llama_index",),
     "crewai": ("crewai",),
     "otel": ("opentelemetry.sdk",),
+    "mcp": ("mcp",),
 }
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["FakeServer", "_message", "_sse"]
+__all__ = ["FakeServer", "_message", "_sse", "tool_results"]
 
 
 class FakeServer:
@@ -90,3 +90,18 @@ def _message(n: int, blocks: list[dict[str, Any]], stop: str) -> list[dict[str, 
                 "usage": {"output_tokens": 5}})  # fmt: skip
     out.append({"type": "message_stop"})
     return out
+
+
+def tool_results(request: dict[str, Any]) -> list[str]:
+    """The tool results a Messages API request carries back to the model, in order, as
+    the text the model reads (a result's text blocks joined)."""
+    texts = []
+    for message in request.get("messages", []):
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                inner = block.get("content")
+                if isinstance(inner, list):
+                    inner = " ".join(str(p.get("text", "")) for p in inner if isinstance(p, dict))
+                texts.append(str(inner))
+    return texts

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from model_server import FakeServer, _message, _sse
+from model_server import FakeServer, _message, _sse, tool_results
 
 from loopwatch.hooks.install import install, settings_path
 
@@ -211,18 +211,7 @@ def stored_calls(state: Path, session: str) -> int:
 # -- Claude Code: the Messages API, streamed -------------------------------------------
 class ClaudeScript(Script):
     def results(self, request: dict[str, Any]) -> list[str]:
-        texts = []
-        for message in request.get("messages", []):
-            content = message.get("content")
-            for block in content if isinstance(content, list) else []:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    inner = block.get("content")
-                    if isinstance(inner, list):
-                        inner = " ".join(
-                            str(p.get("text", "")) for p in inner if isinstance(p, dict)
-                        )
-                    texts.append(str(inner))
-        return texts
+        return tool_results(request)
 
     def __call__(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         request = json.loads(body or b"{}")

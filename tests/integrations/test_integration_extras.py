@@ -30,6 +30,7 @@ CASES = [
     ("crewai", "crewai", "loopwatch[crewai]"),
     ("opentelemetry", "opentelemetry.sdk", "loopwatch[otel]"),
     ("opentelemetry", "opentelemetry", "loopwatch[otel]"),
+    ("mcp", "mcp", "loopwatch[mcp]"),
 ]
 
 

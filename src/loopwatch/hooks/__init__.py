@@ -7,6 +7,10 @@ small plugin that runs the same command). One module per agent's protocol turns
 the payload into loopwatch events and a verdict back into that protocol;
 :mod:`._dispatch` does the rest (state in a SQLite file, config, never failing the
 agent). Kept import-light: a hook runs once per tool call.
+
+The same ``install``, ``uninstall`` and ``doctor`` commands put an MCP client's servers
+behind ``loopwatch mcp`` (:mod:`.mcp_install`; the proxy itself is
+:mod:`loopwatch.integrations.mcp`).
 """
 
 from __future__ import annotations

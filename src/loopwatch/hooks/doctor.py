@@ -3,13 +3,15 @@
 For each coding agent: whether loopwatch's hooks are installed for this project
 (at the root of its git repository) and for the user, the command they run and
 whether it runs (it is run, with a payload that asks it which loopwatch answered:
-a command that finds no loopwatch answers nothing); then the configuration the
-hooks load from here (a key it refuses is named), the state store, and the last
-hook calls and errors the hooks logged.
+a command that finds no loopwatch answers nothing); for each MCP client, which of
+its MCP servers run behind ``loopwatch mcp`` (``loopwatch install mcp``) and which do
+not; then the configuration the hooks load from here (a key it refuses is named),
+the state store, and the last hook calls and errors the hooks logged.
 
 Exit status: 0 when nothing is broken, 2 when something is (an invalid
 configuration, an unreadable settings file, an installed command that does not
-run loopwatch, an install missing events), so a script or CI job can check it.
+run loopwatch, an install missing events, a wrapped MCP server whose loopwatch
+cannot be found: the client could not start it), so a script or CI job can check it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from .install import (
     project_root,
 )
 from .install import settings_path as _settings_path
+from .mcp_install import CLIENTS, config_path, runs, servers
 
 __all__ = ["check_command", "run"]
 
@@ -125,6 +128,55 @@ def _inspect(agent: str, scope: str, path: Path) -> Install:
     return found
 
 
+@dataclass
+class McpClient:
+    """One MCP client's servers in one scope."""
+
+    client: str
+    scope: str
+    path: str
+    wrapped: list[str] = field(default_factory=list)
+    not_wrapped: list[str] = field(default_factory=list)  # could be: stdio or HTTP
+    left: list[str] = field(default_factory=list)  # cannot be: SSE, other transports
+    launcher: str = ""  # what the wrapped servers run
+    problem: str = ""
+    ok: bool = True
+
+
+def _inspect_mcp(client: str, scope: str, path: Path) -> McpClient:
+    found = McpClient(client, scope, str(path))
+    try:
+        configured = servers(client, path)
+    except (OSError, ValueError) as exc:
+        found.ok, found.problem = False, f"unreadable: {exc}"
+        return found
+    for server in configured:
+        if server.wrapped:
+            found.wrapped.append(server.name)
+            found.launcher = " ".join(server.command)
+            if not runs(server.command):
+                found.ok = False
+                found.problem = (f"{server.command[0]} is not found: the client cannot "
+                                 f"start {server.name!r}")  # fmt: skip
+        elif server.transport in ("stdio", "http"):
+            found.not_wrapped.append(server.name)
+        else:
+            found.left.append(f"{server.name} ({server.transport})")
+    return found
+
+
+def _mcp_clients(root: Path) -> list[McpClient]:
+    found = []
+    for client in CLIENTS:
+        for scope in ("project", "user"):
+            try:
+                path = config_path(client, scope, root)
+            except ValueError:  # no project settings (Claude Desktop)
+                continue
+            found.append(_inspect_mcp(client, scope, path))
+    return found
+
+
 def _config(root: Path) -> dict[str, Any]:
     from ..config import Config, ConfigError, find_config_file
 
@@ -163,15 +215,17 @@ def report(calls: int = 5) -> dict[str, Any]:
         for agent in AGENTS
         for scope in ("project", "user")
     ]
+    mcp = _mcp_clients(root)
     config = _config(root)
     store = _store(config)
     last = [c for c in (parse_call(line) for line in tail(CALLS, calls)) if c is not None]
     errors = tail(FAILURES, calls)
-    ok = config["ok"] and store["ok"] and all(a.ok for a in agents)
+    ok = config["ok"] and store["ok"] and all(a.ok for a in agents) and all(m.ok for m in mcp)
     return {
         "ok": ok,
         "project": str(root),
         "agents": [asdict(a) for a in agents],
+        "mcp": [asdict(m) for m in mcp],
         "config": config,
         "store": store,
         "logs": str(state_dir()),
@@ -204,6 +258,23 @@ def _text(data: dict[str, Any]) -> str:
         if a["missing_events"]:
             events = ", ".join(a["missing_events"])
             lines.append(f"{'':24}missing events: {events} (run `loopwatch install {a['agent']}`)")
+    lines += ["", "MCP servers (loopwatch install mcp CLIENT):"]
+    for m in data["mcp"]:
+        head = f"  {m['client']:<14} {m['scope']:<8}"
+        if not m["ok"]:
+            lines.append(f"{head} BROKEN: {m['path']}: {m['problem']}")
+            continue
+        if not (m["wrapped"] or m["not_wrapped"] or m["left"]):
+            lines.append(f"{head} none ({m['path']})")
+            continue
+        lines.append(f"{head} {m['path']}")
+        if m["wrapped"]:
+            lines.append(f"{'':26}behind loopwatch: {', '.join(m['wrapped'])} ({m['launcher']})")
+        if m["not_wrapped"]:
+            lines.append(f"{'':26}not watched: {', '.join(m['not_wrapped'])} "
+                         f"(run `loopwatch install mcp {m['client']}`)")  # fmt: skip
+        if m["left"]:
+            lines.append(f"{'':26}not supported: {', '.join(m['left'])}")
     config = data["config"]
     lines.append("")
     if config["ok"]:

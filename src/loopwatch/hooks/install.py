@@ -170,9 +170,13 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def _write(path: Path, text: str) -> None:
+    """Replace the file at once (a reader never sees half of it), keeping its mode: a
+    settings file that holds tokens is often private (``~/.claude.json`` is 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".loopwatch-tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8", newline="")
+    with contextlib.suppress(OSError):
+        os.chmod(tmp, path.stat().st_mode & 0o7777)
     os.replace(tmp, path)
 
 
