@@ -139,7 +139,7 @@ def test_a_stop_the_adapter_raised_keeps_its_error_and_gets_the_evidence(
     inner.makepyfile(
         test_agent="""
         import pytest
-        from agentkit import agent, calls, pinned
+        from agentkit import agent, pinned
 
         @pytest.mark.loopwatch(detectors=pinned(), on_loop="stop")
         def test_stuck():
