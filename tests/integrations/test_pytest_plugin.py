@@ -428,6 +428,62 @@ def test_a_fixture_that_builds_the_agent_sees_the_tests_guard(inner: pytest.Pyte
     run(inner).assert_outcomes(passed=1)
 
 
+def test_the_markers_config_is_a_file_beside_the_test_or_a_dict(inner: pytest.Pytester) -> None:
+    (inner.path / "pinned.toml").write_text(only_repeated_call(stop_at=3))
+    inner.makepyfile(
+        test_agent="""
+        import pytest
+        from loopwatch.config import DETECTORS
+        from agentkit import agent
+
+        OFF = {name: {"enabled": False} for name in DETECTORS if name != "repeated_call"}
+        LENIENT = {**OFF, "on_loop": "warn",
+                   "repeated_call": {"warn_at": 2, "stop_at": 9, "window_warn_at": 0,
+                                     "window_stop_at": 0}}
+
+        @pytest.mark.loopwatch(config="pinned.toml", on_loop="warn")
+        def test_from_a_file(loopwatch):
+            assert loopwatch.config.source.endswith("pinned.toml")
+            agent("r-file", ["x"] * 4)
+
+        @pytest.mark.loopwatch(config=LENIENT)
+        def test_from_a_dict(loopwatch):
+            agent("r-dict", ["x"] * 4)
+
+        @pytest.mark.loopwatch(config="missing.toml")
+        def test_missing():
+            pass
+        """
+    )
+    result = run(inner)
+    result.assert_outcomes(failed=1, passed=1, errors=1)
+    text = output(result)
+    assert "run 'r-file': stop" in text  # stop_at 3 from the file
+    result.stdout.fnmatch_lines(["*1 test had warnings: *test_from_a_dict (warn: repeated_call)"])
+    assert "missing.toml: no such file" in text
+
+
+def test_a_fixture_requested_on_the_fly_watches_the_test_from_there(
+    inner: pytest.Pytester,
+) -> None:
+    inner.makepyfile(
+        test_agent="""
+        from agentkit import agent
+
+        def test_late(request):
+            guard = request.getfixturevalue("loopwatch")
+            agent("r-late", ["x"] * 4)
+            assert guard.record.runs()
+        """
+    )
+    (inner.path / "loopwatch.toml").write_text(only_repeated_call(on_loop="warn"))
+    result = run(inner)
+    # found inside the call, told at teardown: an error, not a silent pass
+    result.assert_outcomes(passed=1, errors=1)
+    text = output(result)
+    assert "ERROR at teardown of test_late" in text and "run 'r-late': stop" in text
+
+
 def test_bad_marker_settings_error_at_setup_with_a_clear_message(inner: pytest.Pytester) -> None:
     inner.makepyfile(
         test_agent="""

@@ -46,6 +46,7 @@ class _Watch:
         self.record: LoopRecord = guard.record
         self.fail_on = fail_on
         self.exit = exit
+        self.settled = False  # judged after the test's call
 
 
 _WATCH: Final = pytest.StashKey[_Watch]()
@@ -201,16 +202,22 @@ class LoopwatchPlugin:
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, None, None]:
         try:
-            return (yield)
+            result = yield
         finally:
             watch = item.stash.get(_WATCH, None)
             if watch is not None:
                 del item.stash[_WATCH]
                 watch.exit.close()
+        if watch is not None and not watch.settled:
+            # watched from inside the call (request.getfixturevalue): too late to fail
+            # the call, not too late to say so
+            self._settle(item, watch, raised=False)
+        return result
 
     def _settle(self, item: pytest.Item, watch: _Watch, raised: bool) -> None:
         """After the test's call: fail it if a run reached ``fail_on``; keep what fired
         for the summary, in a user property (which also reaches a JUnit XML report)."""
+        watch.settled = True
         verdict = watch.record.verdict
         if verdict == "ok":
             return
