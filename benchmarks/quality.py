@@ -21,10 +21,10 @@ with the labeller's evidence (``labels.detail``), to read the misses.
 
 Prints one table with a column per file and a total. With targets
 (``--min-recall-stop``, ``--min-source-recall-stop``, ``--min-recall-flag``,
-``--max-false-stop-rate``, ``--max-lateness``) it prints each one met or missed and
-exits 1 when any is missed, so CI or a tuning loop can hold a detector change to
-them. ``--min-source-recall-stop`` applies to every file with at least 5 labelled
-loops (fewer make a rate of little meaning).
+``--max-false-stop-rate``, ``--max-false-warn-rate``, ``--max-lateness``) it prints
+each one met or missed and exits 1 when any is missed, so CI or a tuning loop can
+hold a detector change to them. ``--min-source-recall-stop`` applies to every file
+with at least 5 labelled loops (fewer make a rate of little meaning).
 """
 
 from __future__ import annotations
@@ -160,6 +160,9 @@ class Tally:
             "recall_stop": rate(self.loops_stopped, self.loops),
             "recall_flag": rate(self.loops_flagged, self.loops),
             "false_stop": rate(self.false_stops, self.not_loops),
+            # a warning goes into the model's context: any run labelled not-a-loop that
+            # was warned (or stopped, which warns first) counts
+            "false_warn": rate(self.false_warns + self.false_stops, self.not_loops),
             "solved_false_stop": rate(self.solved_stops - self.solved_loop_stops, solved_not_loops),
         }
 
@@ -173,7 +176,10 @@ class Tally:
             "loop recall (stop)": rate(self.loops_stopped, self.loops),
             "loop recall (warn|stop)": rate(self.loops_flagged, self.loops),
             "false stops (loop=false)": rate(self.false_stops, self.not_loops),
-            "false warns (loop=false)": rate(self.false_warns, self.not_loops),
+            # warned or stopped (a stop is told first): the target is on this rate
+            "false warnings (loop=false)": rate(
+                self.false_warns + self.false_stops, self.not_loops
+            ),
             "stops on solved runs": rate(self.solved_stops, self.solved),
             "  of which labelled loops": str(self.solved_loop_stops),
             "warns on solved runs": rate(self.solved_warns, self.solved),
@@ -237,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
         "--max-false-stop-rate",
         type=float,
         help="stops on runs labelled not-a-loop, and on solved runs not labelled loops",
+    )
+    targets.add_argument(
+        "--max-false-warn-rate",
+        type=float,
+        help="runs labelled not-a-loop that were warned or stopped",
     )
     targets.add_argument(
         "--max-lateness", type=float, help="median first stop minus the labelled step, in events"
@@ -351,6 +362,9 @@ def check_targets(
         "false stops, solved runs not labelled loops",
         rates["solved_false_stop"],
         args.max_false_stop_rate,
+    )
+    at_most(
+        "warned or stopped, runs labelled not-a-loop", rates["false_warn"], args.max_false_warn_rate
     )
     if args.max_lateness is not None and total.delays:
         median = float(statistics.median(total.delays))

@@ -11,6 +11,7 @@ of call records, a few counters, and each detector's own bounded slot.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 from re import Pattern
 from typing import Final
 
@@ -19,9 +20,16 @@ from mypy_extensions import mypyc_attr
 from .detectors.base import Context, Detector
 from .events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER, Event
 from .findings import Finding, Severity
-from .fingerprints import is_reflection, reflection_tool
+from .fingerprints import (
+    declared_wait,
+    is_reflection,
+    maybe_json,
+    reflection_tool,
+    reports_pending,
+    waiting_tool,
+)
 from .redact import compile_patterns, redact, redact_extra
-from .state import CallRecord, RunState
+from .state import WARNED_MAX, CallRecord, RunState
 from .text import args_text, fingerprint, negative, preview, specifics
 
 __all__ = ["CALL_WINDOW", "Engine", "new_state"]
@@ -30,7 +38,6 @@ __all__ = ["CALL_WINDOW", "Engine", "new_state"]
 # (24 calls) plus slack; a repeat farther back than this counts as new again.
 CALL_WINDOW: Final = 32
 _PENDING_MAX: Final = 64
-_WARNED_MAX: Final = 256
 
 
 _RESULTS_SEEN_MAX: Final = 64  # result / user-input fingerprints remembered per run
@@ -158,7 +165,7 @@ class Engine:
                 if key in warned:
                     continue
                 warned[key] = step
-                if len(warned) > _WARNED_MAX:
+                if len(warned) > WARNED_MAX:
                     del warned[next(iter(warned))]
             findings.append(found)
         if findings and self.redact:
@@ -175,19 +182,22 @@ def _redacted(found: Finding, extra: tuple[Pattern[str], ...]) -> Finding:
         found.steps,
         redact_extra(found.message, extra),
         found.pattern,
+        found.decisive,
     )
 
 
 def _record_call(
     state: RunState, event: Event, step: int, extra: tuple[Pattern[str], ...]
 ) -> CallRecord:
-    """Append the call to the shared window; mark it novel if its key is new there."""
+    """Append the call to the shared window; mark it novel if its key is new there,
+    and a poll if it waits (:func:`_waits`)."""
     norm = event.norm_key
     seen = state.seen
     novel = norm not in seen
     if novel:
         state.epoch += 1
     seen[norm] = seen.get(norm, 0) + 1
+    command = event.command
     rec = CallRecord(
         step,
         event.call_key,
@@ -196,9 +206,21 @@ def _record_call(
         novel,
         _args_preview(event, extra),
         state.turn,
-        event.command is not None,
+        command is not None,
     )
+    if event.args_known and len(event.args_json) <= _ECHO_ARGS_BYTES:
+        rec.echo = _echoes(event.args)
     calls = state.calls
+    if waiting_tool(event.name) or (command is not None and declared_wait(command) is not None):
+        rec.poll = True
+        state.wait_step = step
+    elif not novel and state.wait_step >= 0:
+        # the same call again after a wait (or after a pending status) since it was
+        # last made: checking again
+        for earlier in reversed(calls):
+            if earlier.norm == norm:
+                rec.poll = earlier.poll or earlier.step < state.wait_step
+                break
     calls.append(rec)
     state.ncalls += 1
     if len(calls) > CALL_WINDOW:
@@ -214,6 +236,32 @@ def _record_call(
         if len(pending) > _PENDING_MAX:
             del pending[next(iter(pending))]
     return rec
+
+
+# A call's arguments whose string values a result may quote back: read from calls whose
+# canonical arguments are this short (a search, a click, an id; not a file written).
+_ECHO_ARGS_BYTES: Final = 600
+_ECHO_VALUES: Final = 3
+_ECHO_CHARS: Final = (4, 200)
+
+
+def _echoes(args: Any) -> list[str]:
+    """Up to 3 string values of a call's arguments (4 to 200 characters) that a result
+    may quote back; a value holding a secret is left out (the run state keeps these
+    until the result arrives, and keeps no secret)."""
+    out: list[str] = []
+    todo = [maybe_json(args)]
+    while todo and len(out) < _ECHO_VALUES:
+        value = todo.pop()
+        if isinstance(value, str):
+            low, high = _ECHO_CHARS
+            if low <= len(value) <= high and redact(value) == value:
+                out.append(value)
+        elif isinstance(value, dict):
+            todo.extend(value.values())
+        elif isinstance(value, list):
+            todo.extend(value)
+    return out
 
 
 def _note_seen(state: RunState, key: str) -> bool:
@@ -268,8 +316,17 @@ def _record_result(state: RunState, event: Event, step: int) -> CallRecord | Non
                     break
     if rec is None:
         return None
+    echoes = rec.echo
+    if event.id is not None:
+        echoes = [*echoes, event.id]
+    if echoes:
+        event.forget_echoes(echoes)
+        rec.echo = []
     rec.result = event.result_key
     rec.rstep = step
+    if not event.error and event.text_known and reports_pending(event.text):
+        rec.poll = True  # a status check that says "not yet": polling
+        state.wait_step = step
     if rec.novel and (event.error or negative(event.text)):
         # A new call that failed, or a lookup that found nothing, taught nothing:
         # take back the progress its call counted, so a repeat around failed

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any, Final
 
 from .fingerprints import (
@@ -37,6 +38,7 @@ __all__ = [
     "TOOL_RESULT",
     "USER",
     "Event",
+    "event_time",
 ]
 
 
@@ -98,6 +100,29 @@ def _never_equal() -> str:
     """A key for a value the trace did not record: random, so it equals no other key
     in any process (a counter would collide between workers sharing a store)."""
     return "?" + os.urandom(8).hex()[1:]
+
+
+_TS_FIELDS: Final = ("ts", "timestamp", "time")
+_ECHO_MIN: Final = 4  # shorter argument values are words any result may hold
+
+
+def event_time(extra: dict[str, Any] | None) -> float | None:
+    """Seconds since the epoch from an event's ``ts``/``timestamp``/``time`` field
+    (a number, or an ISO-8601 string); None when absent or unreadable."""
+    if not extra:
+        return None
+    for field in _TS_FIELDS:
+        value = extra.get(field)
+        if value is None:
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                return None
+    return None
 
 
 def _float(value: Any) -> float:
@@ -260,6 +285,12 @@ class Event:
         return out
 
     @property
+    def time(self) -> float | None:
+        """When the event happened, if the trace says (its ``ts``, ``timestamp`` or
+        ``time`` field: seconds since the epoch or ISO-8601); None when it does not."""
+        return event_time(self.extra)
+
+    @property
     def args_known(self) -> bool:
         """Whether the trace recorded this call's arguments."""
         return "args" not in self.unknown
@@ -364,6 +395,26 @@ class Event:
                 _RESULT_CACHE[raw] = key
             self._result_key = key
         return key
+
+    def forget_echoes(self, echoes: list[str]) -> None:
+        """Key this result as if it did not quote its request: a result that echoes its
+        call's arguments or id ("Could not find [famous bhavageete by Arun Date]",
+        "call_8f2a: done") would otherwise differ from the same answer to a reworded
+        call only by the echo. The text itself is kept (messages quote it as it was);
+        only the result and outcome keys are made without the echoed values (4+
+        characters each)."""
+        if not self.text_known:
+            return
+        text = self.text
+        found = False
+        for value in echoes:
+            if len(value) >= _ECHO_MIN and value in text:
+                text = text.replace(value, "\u2026")
+                found = True
+        if found:
+            bare = Event(self.kind, self.name, None, text, error=self.error)
+            self._result_key = bare.result_key
+            self._outcome_key = bare.outcome_key
 
     @property
     def outcome_key(self) -> str:

@@ -38,6 +38,11 @@ class Finding:
     ``step`` is the event index at which the detector fired; ``steps`` are the
     event indices the evidence rests on; ``pattern`` identifies the repeated
     thing (a call key, an error key...) so a warning is issued once per pattern.
+
+    ``decisive``: a stop that needs no warning first (:class:`~loopwatch.policy.Policy`
+    escalates every other stop: told first, stopped when the agent persists). The
+    evidence is overwhelming on its own (one output chanting a sentence ten times), or
+    it is a limit the user set (a budget).
     """
 
     detector: str
@@ -46,6 +51,7 @@ class Finding:
     steps: tuple[int, ...]
     message: str
     pattern: str = ""
+    decisive: bool = False
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt through the constructor: reports carrying findings are pickled
@@ -53,7 +59,15 @@ class Finding:
         # would set the fields of a frozen instance one by one, which it refuses.
         return (
             Finding,
-            (self.detector, self.severity, self.step, self.steps, self.message, self.pattern),
+            (
+                self.detector,
+                self.severity,
+                self.step,
+                self.steps,
+                self.message,
+                self.pattern,
+                self.decisive,
+            ),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -29,20 +29,25 @@ __all__ = [
     "DESCRIBING_KEYS",
     "SAME_PAGE",
     "canonical_args",
+    "declared_wait",
     "fold_and_mask",
     "is_noop_command",
     "is_reflection",
     "looks_like_error",
     "mask_volatile",
     "maybe_json",
+    "moves_view",
     "normalise_text",
     "outcome_signature",
     "page_address",
     "page_sketch",
     "reflection_tool",
+    "reports_failure",
+    "reports_pending",
     "shell_command",
     "sketch_similarity",
     "tool_key",
+    "waiting_tool",
 ]
 
 _hexdigest = xxhash.xxh3_64_hexdigest
@@ -151,6 +156,23 @@ def page_sketch(text: str) -> list[int] | None:
     if len(found) < _PAGE_MIN_WORDS:
         return None
     return sorted([_xxh32(w.encode(_UTF8, _LONE)) for w in found])[:_SKETCH_SIZE]
+
+
+# Calls that move the view over content (scroll, page down, swipe): each result is
+# another screen of one page, partly the screen before; only the very same screen again
+# (the bottom of the page, where nothing moves) is the same result.
+_MOVING_WORDS: Final = ("scroll", "pagedown", "pageup", "page_down", "page_up", "swipe")
+
+
+def moves_view(name: str | None, args: Any) -> bool:
+    """Whether a call moves the view over content rather than acting on it: its tool
+    name or an argument says scroll, page down / up or swipe (``scroll_down``,
+    ``computer(action="scroll")``, ``press(key="PageDown")``)."""
+    key = tool_key(name)
+    if any(w.replace("_", "") in key for w in _MOVING_WORDS):
+        return True
+    raw = canonical_args(args).lower()
+    return any(w.encode("ascii") in raw for w in _MOVING_WORDS)
 
 
 # Two showings of one address whose sketches overlap this much are the same page: the
@@ -419,9 +441,10 @@ _LETTERS: Final = "abcdefghijklmnopqrstuvwxyzµ"
 _OUTCOME_CHARS: Final = 600
 
 
-def _outcome_words(text: str, error: bool) -> list[str]:
+def _outcome_words(text: str, error: bool, coarse: bool = False) -> list[str]:
     """The words that carry a result's meaning (see above), token by token: plain
-    words take the fast path, and only tokens with digits or punctuation are split."""
+    words take the fast path, and only tokens with digits or punctuation are split.
+    ``coarse``: every number masked (see :func:`outcome_signature`)."""
     words: list[str] = []
     append = words.append
     for tok in text.lower().split():
@@ -442,7 +465,7 @@ def _outcome_words(text: str, error: bool) -> list[str]:
                 elif len(part) >= 3:
                     append(part)
             elif part.isdigit():
-                append("#" if error and (decimal or len(part) >= 3) else part)
+                append("#" if error and (coarse or decimal or len(part) >= 3) else part)
             else:
                 digits = part.rstrip(_LETTERS)
                 if digits.isdigit() and part[len(digits) :] in _UNITS:
@@ -456,16 +479,22 @@ def _outcome_words(text: str, error: bool) -> list[str]:
     return words
 
 
-def outcome_signature(text: str, error: bool = False) -> str:
+def outcome_signature(text: str, error: bool = False, coarse: bool = False) -> str:
     """What a tool result amounts to: the same signature means the same outcome,
     even when the words around it changed (timings, temp paths, and in errors pids,
     line numbers, the input echoed back). Words of 1-2 letters are dropped, so a
-    clipped tail ("re" / "r") does not make two copies of one message differ."""
+    clipped tail ("re" / "r") does not make two copies of one message differ.
+
+    ``coarse`` (errors): every number masked, small ones too, so "found 2 actions"
+    and "found 3 actions" are one rejection. Only the error loop compares errors this
+    way: as the outcome of a call (what every detector reads) 1 and 2 often differ
+    ("2 tests failed" after a fix that made 1 pass)."""
     if len(text) > 2 * _OUTCOME_CHARS:
         text = text[:_OUTCOME_CHARS] + " " + text[-_OUTCOME_CHARS:]
     if error:
         text = _QUOTED.sub(" # ", text)
-    digest = _hexdigest(" ".join(_outcome_words(text, error)).encode(_UTF8, _LONE))
+    words = _outcome_words(text, error, coarse and error)
+    digest = _hexdigest(" ".join(words).encode(_UTF8, _LONE))
     return ("E" if error else "O") + digest[1:]
 
 
@@ -588,6 +617,25 @@ _ERROR_TEXT: Final = re.compile(
     r'|\{\s*"error"\s*:(?!\s*(?:null\b|false\b|""|\[\s*\]|\{\s*\})))',
     re.IGNORECASE,
 )
+
+
+# A failure a result reports in its text without the trace flagging it: a non-zero exit
+# status printed by the harness (<returncode>1</returncode>, "exit code 2", "exitcode:
+# 1"), or a traceback anywhere near the start.
+_FAILED_TEXT: Final = re.compile(
+    r"<returncode>\s*-?[1-9]|\bexit(?:\s*code|code|\s*status)\s*[:=]?\s*-?[1-9]"
+    r"|traceback \(most recent call last\)",
+    re.IGNORECASE,
+)
+_FAILED_CHARS: Final = 2000
+
+
+def reports_failure(text: str) -> bool:
+    """Whether a result says, somewhere near its start, that the call failed: an error
+    by convention (:func:`looks_like_error`), a non-zero exit status, or a traceback. A
+    failed call may succeed when tried again (a flaky network, a race): its repeats are
+    judged later than those of a call that worked (detectors.repeat)."""
+    return looks_like_error(text) or _FAILED_TEXT.search(text, 0, _FAILED_CHARS) is not None
 
 
 def looks_like_error(text: str) -> bool:
@@ -749,3 +797,76 @@ def _normalise_value(value: Any, depth: int = 0, path: set[int] | None = None) -
 # Caches of fingerprints (the reflection tool names here, an event's normalised call,
 # result and outcome keys in events.py) hold at most this many entries; cleared when full.
 _NORM_CACHE_MAX: Final = 16384
+
+
+# -- waiting ---------------------------------------------------------------------
+# A call that waits for something is polling, not looping (detectors.wait.WaitBudget).
+# Its command waits: ``sleep 30``, ``watch ...``, ``--watch``, ``--wait``, ``wait``;
+# the number is its duration in seconds (``5m``, ``2h`` and ``1.5`` read too), 0
+# when it does not say. ``timeout 60 pytest`` bounds a command, it waits for nothing.
+_WAIT_COMMAND: Final = re.compile(
+    r"(?:^|[\s;&|(`])sleep\s+(\d+(?:\.\d+)?)([smhd]?)\b"
+    r"|(?:^|[\s;&|(`])(?:watch|wait)(?=$|[\s;&|)`])"
+    r"|\s--(?:watch|wait)\b"
+)
+_UNIT_SECONDS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_WAIT_CHARS: Final = 2000
+# Tool names whose words say they wait (wait_for_job, sleep, poll_status, watchRun).
+_WAIT_WORDS: Final = frozenset({"wait", "sleep", "poll", "watch"})
+_NAME_WORD: Final = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+_WAIT_NAMES: dict[str, bool] = {}  # tool name -> waiting_tool(name), bounded
+
+
+def waiting_tool(name: str | None) -> bool:
+    """Whether a tool's name says it waits: a word of it is wait, sleep, poll or watch
+    (``wait_for_job``, ``sleep``, ``poll_status``, ``watchRun``; cached)."""
+    if not name:
+        return False
+    known = _WAIT_NAMES.get(name)
+    if known is None:
+        known = not _WAIT_WORDS.isdisjoint(w.lower() for w in _NAME_WORD.findall(name))
+        if len(_WAIT_NAMES) >= _NORM_CACHE_MAX:
+            _WAIT_NAMES.clear()
+        _WAIT_NAMES[name] = known
+    return known
+
+
+def declared_wait(command: str) -> float | None:
+    """The seconds a shell command says it waits (``sleep 30``: the longest such
+    number), 0.0 for a wait of no stated length (``--watch``, ``wait``), or None when
+    it does not wait."""
+    if "sleep" not in command and "wait" not in command and "watch" not in command:
+        return None  # the common case, decided without a regular expression
+    longest: float | None = None
+    for match in _WAIT_COMMAND.finditer(command, 0, _WAIT_CHARS):
+        number, unit = match.group(1), match.group(2)
+        seconds = float(number) * _UNIT_SECONDS[unit or ""] if number else 0.0
+        if longest is None or seconds > longest:
+            longest = seconds
+    return longest
+
+
+# A result that reports a status still pending: a short text, or a status field, that
+# says pending / queued / in progress / running / waiting / not ready / starting...
+_PENDING: Final = (
+    r"pending|queued|in[ _-]progress|running|waiting|not[ _-]ready|starting|processing"
+    r"|scheduled|building|deploying|provisioning|initiali[sz]ing"
+)
+_PENDING_FIELD: Final = re.compile(
+    rf"\b(?:status|state|phase)\b[\"']?\s*[:=]\s*[\"']?(?:{_PENDING})\b", re.IGNORECASE
+)
+_PENDING_WORD: Final = re.compile(rf"\b(?:{_PENDING})\b", re.IGNORECASE)
+_PENDING_SHORT: Final = 160  # a bare status line ("Job 42: running") is this short
+
+
+def reports_pending(text: str) -> bool:
+    """Whether a result reports that something is not finished yet: a status field
+    saying so (``"status": "in_progress"``, ``state=queued``), or a short text with
+    such a word ("Deployment pending", "job 42 still running"). A long output that
+    mentions "running" somewhere (a test log) is not a status."""
+    if len(text) <= _PENDING_SHORT:
+        return _PENDING_WORD.search(text) is not None
+    head = text[:_WAIT_CHARS]
+    if "tatus" not in head and "tate" not in head and "hase" not in head:
+        return False  # most long results: no status field, no regular expression
+    return _PENDING_FIELD.search(head) is not None

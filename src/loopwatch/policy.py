@@ -7,7 +7,7 @@ from typing import Final, Literal
 from .engine import Engine
 from .events import TOOL_CALL, Event
 from .findings import Action, Finding, Severity, Verdict
-from .state import RunState
+from .state import WARNED_MAX, RunState
 
 __all__ = ["NOT_RUN", "ON_LOOP_CHOICES", "STOPPED", "OnLoop", "Policy", "Step"]
 
@@ -45,10 +45,20 @@ class Policy:
     def decide(
         self, step: int, kind: str, findings: list[Finding], state: RunState | None = None
     ) -> Verdict:
-        """The verdict for one step; ``state`` (the run state) counts skips for escalation."""
+        """The verdict for one step. ``state`` (the run state) holds what the run was
+        told (see :func:`escalate`) and counts skips."""
         if not findings:
             return Verdict(Action.OK, step)
+        told = False
+        if state is not None:
+            findings, told = escalate(step, findings, state)
         stops = [f for f in findings if f.severity is Severity.STOP]
+        if told and not stops and kind == TOOL_CALL and self.on_loop != "warn":
+            # The call that would have been stopped is the one the agent is told about:
+            # it does not run (its outcome is known), and the model reads why.
+            ordered = sorted(findings, key=_told_first)
+            message = f"{NOT_RUN} " + " ".join(f.message for f in ordered)
+            return Verdict(Action.SKIP, step, tuple(ordered), message)
         if stops:
             if self.on_loop == "stop":
                 action = Action.STOP
@@ -77,9 +87,76 @@ class Policy:
             message = f"[loopwatch] Warning: {message}"
         return Verdict(action, step, tuple(ordered), message)
 
-    def blocks(self, action: Action) -> bool:
-        """Whether an action ends or blocks (what the scan reports as ``first_stop``)."""
-        return action is Action.STOP or action is Action.SKIP
+    def blocks(self, verdict: Verdict) -> bool:
+        """Whether a verdict ends the run or blocks a call because a detector is sure
+        (what the scan reports as ``first_stop``). A call skipped because the agent is
+        being told (see :func:`escalate`) is the warning, not the stop."""
+        action = verdict.action
+        if action is Action.STOP:
+            return True
+        return action is Action.SKIP and any(f.severity is Severity.STOP for f in verdict.findings)
+
+
+# What a told finding adds to its sentence, and what a stop that was told says first.
+_TOLD: Final = "If you do it again, the run will be stopped."
+
+
+def _told_first(found: Finding) -> int:
+    return 0 if found.message.endswith(_TOLD) else 1
+
+
+def escalate(step: int, findings: list[Finding], state: RunState) -> tuple[list[Finding], bool]:
+    """A stop is earned: return ``findings`` with every stop the agent was not told
+    about turned into the warning that tells it, and whether there was one.
+
+    A stop-severity finding holds when the run was told about this loop before this
+    step and went on: a warning of the same detector and pattern (the detector's own
+    warning below its stop threshold, or an earlier stop turned into a warning here),
+    or any warning given during the finding's evidence (another detector's warning on
+    the same stretch). Its message then says when. A stop that was not told becomes
+    the warning, recorded in ``RunState.warned``, so the next stop-severity finding of
+    the loop stops the run; a finding marked ``decisive`` (overwhelming on its own, or
+    a budget the user set) stops at once.
+
+    Why: the first sign of a repeat may still be a hiccup (three identical failures
+    after which an agent changes approach and solves the task); a stop ends a working
+    agent, a warning costs a line of context.
+    """
+    warned = state.warned
+    told_any = False
+    out: list[Finding] | None = None
+    for i, found in enumerate(findings):
+        if found.severity is not Severity.STOP or found.decisive:
+            continue
+        # told: a warning of this very loop (its detector and pattern), or the latest
+        # warning given during its evidence, before this step
+        key = f"{found.detector}:{found.pattern}"
+        at = warned.get(key)
+        if at is not None and at >= step:
+            at = None
+        start = found.steps[0] if found.steps else step
+        for t in warned.values():
+            if start <= t < step and (at is None or t > at):
+                at = t
+        if out is None:
+            out = list(findings)
+        if at is not None:
+            said = f"You were told at step {at}. {found.message}"
+            out[i] = _reworded(found, found.severity, said)
+            continue
+        told_any = True
+        warned.pop(key, None)
+        warned[key] = step
+        if len(warned) > WARNED_MAX:
+            del warned[next(iter(warned))]
+        out[i] = _reworded(found, Severity.WARN, f"{found.message} {_TOLD}")
+    return (findings if out is None else out), told_any
+
+
+def _reworded(found: Finding, severity: Severity, message: str) -> Finding:
+    return Finding(
+        found.detector, severity, found.step, found.steps, message, found.pattern, found.decisive
+    )
 
 
 class Step:

@@ -246,7 +246,7 @@ class Scanner:
             merged.add(verdict.findings)
             if first_warn is None:
                 first_warn = step
-            if first_stop is None and policy.blocks(verdict.action):
+            if first_stop is None and policy.blocks(verdict):
                 first_stop = step
         findings, occurrences = merged.findings, merged.occurrences
         breakdown = _breakdown(findings, occurrences)

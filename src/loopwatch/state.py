@@ -39,6 +39,7 @@ from mypy_extensions import mypyc_attr
 
 __all__ = [
     "STATE_VERSION",
+    "WARNED_MAX",
     "CallRecord",
     "DetectorState",
     "KeyedState",
@@ -53,10 +54,13 @@ __all__ = [
 # Bumped whenever the serialised shape changes; a state of another version is refused.
 # 3: JSON arrays in a zstd frame, without ``seen`` (2 and older: bare JSON arrays).
 # 4: the user's news (``news_step``, ``uspec``) and the pending reflection (``quiet``).
-STATE_VERSION: Final = 5
+# 5: shell calls marked on CallRecord. 6: polls marked on CallRecord, ``wait_step``.
+STATE_VERSION: Final = 6
 # What a serialised state starts with, before its version byte. JSON never starts
 # with it, so a state of format 2 or older is told apart and refused by its version.
 _MAGIC: Final = b"LWS"
+# Loops the run was warned about (RunState.warned), most recent last: old ones fall out.
+WARNED_MAX: Final = 256
 _ZSTD_LEVEL: Final = 1
 # A zstd (de)compressor is not safe to share between threads, and building one costs
 # 16 us: one per thread, made on first use.
@@ -259,7 +263,8 @@ class CallRecord(Record):
     """One tool call in the run's shared window of recent calls."""
 
     __slots__ = (
-        "args", "key", "name", "norm", "novel", "result", "rstep", "shell", "step", "turn",
+        "args", "echo", "key", "name", "norm", "novel", "poll", "result", "rstep", "shell",
+        "step", "turn",
     )  # fmt: skip
 
     def __init__(
@@ -283,16 +288,25 @@ class CallRecord(Record):
         self.args = args  # short preview of the arguments, for messages
         self.turn = turn  # the model turn it was issued in (calls of one turn = a batch)
         self.shell = shell  # a shell command line: its output is no page (events.Event.command)
+        # the call's short string arguments, kept until its result arrives: a result
+        # that quotes them is keyed without them (events.Event.forget_echoes)
+        self.echo: list[str] = []
+        # a call that waits for something (it sleeps or watches, it repeats a call made
+        # before a wait, or its result says the status is pending): polling, which
+        # only detectors.wait.WaitBudget judges
+        self.poll = False
 
     # Written out field by field (in slot order, as Record.dump): the window holds 32
     # of these, and native attribute reads cost a fraction of the generic lookup.
     def dump(self) -> Any:
         return [
             self.args,
+            self.echo,
             self.key,
             self.name,
             self.norm,
             self.novel,
+            self.poll,
             self.result,
             self.rstep,
             self.shell,
@@ -302,10 +316,12 @@ class CallRecord(Record):
 
     @classmethod
     def load(cls, data: Any) -> CallRecord:
-        if not isinstance(data, list) or len(data) != 10:
-            raise StateError("CallRecord: expected 10 fields")
-        args, key, name, norm, novel, result, rstep, shell, step, turn = data
+        if not isinstance(data, list) or len(data) != 12:
+            raise StateError("CallRecord: expected 12 fields")
+        args, echo, key, name, norm, novel, poll, result, rstep, shell, step, turn = data
         rec = CallRecord(step, key, norm, name, novel, args, turn, shell)
+        rec.echo = echo
+        rec.poll = poll
         rec.result = result
         rec.rstep = rstep
         return rec
@@ -337,6 +353,7 @@ class RunState:
         "turn",
         "user_step",
         "uspec",
+        "wait_step",
         "warned",
     )
 
@@ -361,6 +378,9 @@ class RunState:
         self.uspec: dict[str, int] = {}
         # name of a reflection call awaiting its result in a trace without ids
         self.quiet: str | None = None
+        # event index of the last wait: a call that waits, or a result saying a status is
+        # pending (-1: none yet); a call repeated after it is checking again (a poll)
+        self.wait_step = -1
         self.slots: dict[str, DetectorState] = {}  # detector name -> its state
         # Set (never stored) by a store that found this run's stored state unreadable
         # and started it afresh; the guard reports it in the verdict once.
@@ -396,6 +416,7 @@ class RunState:
             self.news_step,
             self.uspec,
             self.quiet,
+            self.wait_step,
             [[name, type(st).__name__, st.dump()] for name, st in self.slots.items()],
         ]
 
@@ -431,7 +452,7 @@ class RunState:
         try:
             raw = _json(_decompress(data[len(_MAGIC) + 1 :]))
             n, calls, rseen, pending, epoch, ncalls, news, warned, *rest = raw
-            turn, talks, skips, user_step, news_step, uspec, pending_quiet, slots = rest
+            turn, talks, skips, user_step, news_step, uspec, pending_quiet, wait_step, slots = rest
             st = cls()
             st.n = int(n)
             st.calls = [CallRecord.load(c) for c in calls]
@@ -442,6 +463,7 @@ class RunState:
             st.epoch, st.ncalls, st.turn, st.talks, st.skips = epoch, ncalls, turn, talks, skips
             st.user_step, st.news_step, st.uspec = user_step, news_step, _mapping(uspec)
             st.quiet = None if pending_quiet is None else str(pending_quiet)
+            st.wait_step = int(wait_step)
             st.news = news
             for name, kind, value in slots:
                 slot_cls = DetectorState.registry.get(kind)

@@ -21,6 +21,7 @@ from .revisit import RevisitedPage
 from .semantic import Embedder, Semantic, SemanticUnavailable
 from .spend import CostBudget, SpendVelocity, TimeBudget, TokenBudget
 from .stagnation import Stagnation
+from .wait import WaitBudget
 
 __all__ = [
     "RUN_ORDER",
@@ -49,6 +50,7 @@ __all__ = [
     "Stagnation",
     "TimeBudget",
     "TokenBudget",
+    "WaitBudget",
     "default_detectors",
     "registered",
 ]
@@ -61,7 +63,7 @@ __all__ = [
 RUN_ORDER: Final = (
     "repeated_call", "cycle", "error_loop", "no_progress", "stagnation", "chanting",
     "recursion", "iteration_cap", "spend_velocity", "ping_pong", "repeated_instruction",
-    "revisited_page", "futility", "restated_reply",
+    "revisited_page", "futility", "restated_reply", "wait_budget",
     "frequency", "name_cycle", "semantic", "token_budget", "cost_budget", "time_budget",
 )  # fmt: skip
 

@@ -247,8 +247,8 @@ def show_page(pages: dict[str, list[Showing]], ctx: Context) -> Showing | None:
     """
     event = ctx.event
     call = ctx.call
-    if not event.text_known or (call is not None and call.shell):
-        return None
+    if not event.text_known or (call is not None and (call.shell or call.poll)):
+        return None  # a status page checked while waiting is a poll, not a revisit
     address = page_address(event.text)
     if address is None:
         return None

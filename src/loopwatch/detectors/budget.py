@@ -54,4 +54,6 @@ class IterationCap(Detector):
             )
         else:
             return None
-        return Finding(self.name, severity, ctx.step, (ctx.step,), msg, "cap")
+        # a limit the user set: it stops when reached, whether or not it warned first
+        stop = severity is Severity.STOP
+        return Finding(self.name, severity, ctx.step, (ctx.step,), msg, "cap", stop)

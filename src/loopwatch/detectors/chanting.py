@@ -61,6 +61,9 @@ class Chanting(Detector):
             f"This output repeats {preview(unit, 60)!r} {count} times. "
             "Stop repeating yourself and state your answer once.",
             f"{ctx.step}",
+            # one output repeating a chunk stop_at times is overwhelming on its own:
+            # a model that chants is not going to read a warning and stop chanting
+            stop,
         )
 
 

@@ -163,7 +163,7 @@ class RestatedReply(Detector):
 
     def __init__(
         self,
-        warn_at: int = 2,
+        warn_at: int = 3,
         stop_at: int | None = 4,
         min_run: int = 4,
         min_content: int = 2,

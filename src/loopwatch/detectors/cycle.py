@@ -53,6 +53,8 @@ class Cycle(Detector):
     def observe(self, ctx: Context) -> Finding | None:
         if ctx.call is not None and ctx.call.novel and self.level == "call":
             return None  # a call not in the window cannot close a cycle
+        if ctx.call is not None and ctx.call.poll:
+            return None  # waiting (sleep, then check) goes round by design: WaitBudget
         calls = ctx.turn_calls
         n = len(calls)
         by_name = self.level == "name"

@@ -6,6 +6,7 @@ from typing import Any, final
 
 from ..events import TOOL_RESULT, USER
 from ..findings import Finding, Severity
+from ..fingerprints import outcome_signature
 from ..state import DetectorState, Tally, dump_map, load_map
 from .base import Context, Detector, preview, severity_for, trim
 
@@ -100,6 +101,8 @@ class ErrorLoop(Detector):
         errs, tools = st.errors, st.tools
         ev = ctx.event
         rec = ctx.call
+        if rec is not None and rec.poll:
+            return None  # a service not up yet while the agent waits for it: WaitBudget
         tool = ev.name or (rec.name if rec else "")
         if ev.kind == USER:
             # A user turn that brings something new (RunState.news_step) resets both
@@ -121,7 +124,9 @@ class ErrorLoop(Detector):
                 for k in [k for k in recurring if k.startswith(prefix)]:
                     del recurring[k]
             return None
-        key = ev.result_key
+        # every number masked: a harness rejecting the same format mistake says "found
+        # 2 actions", then "found 3 actions"
+        key = outcome_signature(ev.text, True, True) if ev.text_known else ev.result_key
         # Failures of different calls issued together in one turn (a parallel batch
         # all hitting the same broken tool) are one attempt, not several.
         attempt = 0 if ctx.batched else 1
@@ -193,7 +198,7 @@ def _resent(ctx: Context, key: str, steps: list[int]) -> bool:
     normalised key): the agent asked again for what had already failed."""
     seen: set[str] = set()
     for rec in ctx.calls:
-        if rec.result == key and rec.rstep in steps:
+        if rec.rstep in steps:
             if rec.norm in seen:
                 return True
             seen.add(rec.norm)

@@ -8,7 +8,7 @@ from ..events import TOOL_CALL, TOOL_RESULT, USER
 from ..findings import Finding, Severity
 from ..fingerprints import is_noop_command
 from ..state import CallRecord, DetectorState
-from ..text import contentless, negative
+from ..text import contentless, negative, specifics
 from .base import Context, Detector, severity_for, trim
 
 _STEPS_MAX = 8  # evidence steps kept
@@ -61,6 +61,20 @@ def _new_exact(ctx: Context, rec: CallRecord) -> bool:
     differently, so the second one's "ok" is still news."""
     key = rec.key
     return not any(c.key == key for c in ctx.calls if c is not rec)
+
+
+def _asks_anew(ctx: Context, rec: CallRecord) -> bool:
+    """Whether a new call that got a result seen before asked something specific that
+    the call which got it first did not: another date, route, id or number (a trip
+    planned leg by leg whose searches list some of the same flights), not the same
+    question in new words (reworded searches landing on the same page). Read from the
+    calls' argument previews; False when the first call left the window."""
+    key = rec.result
+    for earlier in ctx.calls:
+        if earlier is not rec and earlier.result == key and earlier.step < rec.step:
+            before = set(specifics(earlier.args))
+            return any(tok not in before for tok in specifics(rec.args))
+    return False
 
 
 class Futility(Detector):
@@ -129,6 +143,8 @@ class Futility(Detector):
                 return self._progress(st)
             return self._futile(ctx, st, _USER, "the user", _USER_WEIGHT)
         rec = ctx.call
+        if rec is not None and rec.poll:
+            return None  # the same status while waiting is neither futile nor progress
         if rec is not None and rec.step in st.noops:
             st.noops.remove(rec.step)
             return self._futile(ctx, st, _NOOP, rec.name, _NOOP_WEIGHT)
@@ -140,6 +156,8 @@ class Futility(Detector):
         ):
             # A bare "ok" from a new call is an edit that went through; "No results
             # found." from a new wording of the same search is not progress.
+            if rec is not None and rec.novel and _asks_anew(ctx, rec):
+                return None  # another question whose answer overlaps: the plan moves on
             return self._futile(ctx, st, _SAME, tool)
         return self._progress(st)
 

@@ -58,6 +58,8 @@ class NoProgress(Detector):
             st.count = 0  # a user turn is new input; its results are judged afresh
             st.steps = []
             return None
+        if ctx.call is not None and ctx.call.poll:
+            return None  # the same status while waiting: WaitBudget judges it
         novel_call = ctx.call.novel if ctx.call else True
         repeated = not ctx.novel  # the engine's answer: seen among the last 64 results
         if ev.error:

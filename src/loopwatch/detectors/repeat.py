@@ -6,8 +6,13 @@ from typing import Any, final
 
 from ..events import TOOL_CALL, TOOL_RESULT
 from ..findings import Finding, Severity
-from ..fingerprints import sketch_similarity
+from ..fingerprints import (
+    moves_view,
+    reports_failure,
+    sketch_similarity,
+)
 from ..state import CallRecord, KeyedState, Record, StateError
+from ..text import contentless
 from .base import Context, Detector, severity_for, trim
 
 _KEYS_MAX = 32  # distinct calls tracked per run (LRU): no more than the call window holds
@@ -33,7 +38,9 @@ _ADDRESS_WITHIN = 400
 class Streak(Record):
     """One call's current streak of calls that brought nothing new."""
 
-    __slots__ = ("count", "epoch", "exact", "key", "result", "results", "sketch", "steps")
+    __slots__ = (
+        "count", "epoch", "exact", "key", "moves", "result", "results", "sketch", "steps",
+    )  # fmt: skip
 
     def __init__(self, epoch: int, result: str | None, step: int, key: str) -> None:
         self.count = 1  # calls in the streak
@@ -44,22 +51,25 @@ class Streak(Record):
         self.exact = True  # every call in the streak had exactly the same arguments
         self.key = key  # the exact call key of the streak's first call
         self.sketch: list[int] | None = None  # sketch of the last result, once it repeats
+        # the call moves the view (a scroll, fingerprints.moves_view): its screens are
+        # the same only when they are identical, never by a near-duplicate sketch
+        self.moves = False
 
     # Field by field, in slot order (as Record.dump): up to 32 per run, see CallRecord.
     def dump(self) -> Any:
         return [
-            self.count, self.epoch, self.exact, self.key, self.result, self.results,
-            self.sketch, self.steps,
+            self.count, self.epoch, self.exact, self.key, self.moves, self.result,
+            self.results, self.sketch, self.steps,
         ]  # fmt: skip
 
     @classmethod
     def load(cls, data: Any) -> Streak:
-        if not isinstance(data, list) or len(data) != 8:
-            raise StateError("Streak: expected 8 fields")
-        count, epoch, exact, key, result, results, sketch, steps = data
+        if not isinstance(data, list) or len(data) != 9:
+            raise StateError("Streak: expected 9 fields")
+        count, epoch, exact, key, moves, result, results, sketch, steps = data
         streak = Streak(epoch, result, 0, key)
         streak.count, streak.exact, streak.results = count, exact, results
-        streak.sketch, streak.steps = sketch, steps
+        streak.sketch, streak.steps, streak.moves = sketch, steps, moves
         return streak
 
 
@@ -124,7 +134,9 @@ class RepeatedCall(Detector):
         stop_at: int | None = 3,
         window_warn_at: int | None = 6,
         window_stop_at: int | None = 7,
+        result_warn_at: int | None = 2,
     ) -> None:
+        self.result_warn_at = result_warn_at
         self.warn_at = warn_at
         self.stop_at = stop_at
         self.window_warn_at = window_warn_at
@@ -153,8 +165,8 @@ class RepeatedCall(Detector):
 
     def observe(self, ctx: Context) -> Finding | None:
         rec = ctx.call
-        if rec is None:
-            return None
+        if rec is None or rec.poll:
+            return None  # checking again on something waited for: WaitBudget judges it
         streaks = ctx.state.slot(self.name, RepeatState).by_key
         norm = rec.norm
         if ctx.event.kind == TOOL_RESULT:
@@ -165,12 +177,21 @@ class RepeatedCall(Detector):
             entry.epoch = ctx.epoch  # a failed new call takes back its progress mark
             entry.steps.append(ctx.step)
             trim(entry.steps, _STEPS_MAX)
+            told = self.result_warn_at
+            if told is not None and entry.count == told and entry.results >= told:
+                ev = ctx.event
+                if not ev.error and not contentless(ev.text) and not reports_failure(ev.text):
+                    # a call that worked and returned the same thing again: the next
+                    # one will too (a failure may be a hiccup: it waits for stop_at)
+                    return self._finding(ctx, rec, entry, Severity.WARN)
             return None
         entry = streaks.pop(norm, None)
         epoch = ctx.epoch
         if entry is None or not self._continues(ctx, entry, epoch):
             last = entry.result if entry is not None else None  # kept for the window count
             entry = Streak(epoch, last, ctx.step, rec.key)
+            # a scroll: a screen that partly moved is another screen, not the same one
+            entry.moves = moves_view(rec.name, ctx.event.args)
         else:
             entry.count += 1
             entry.steps.append(ctx.step)
@@ -182,15 +203,14 @@ class RepeatedCall(Detector):
             del streaks[next(iter(streaks))]
         count = entry.count
         severity = severity_for(count, self.warn_at, self.stop_at)
-        if severity is None:
-            if rec.novel or entry.result is None:
-                return None
-            return self._restarts(ctx, rec, entry.result)
-        if severity is Severity.STOP and entry.results < 2:
-            # fewer than two results of this call observed (calls proposed, not run):
-            # the repeats are certain, "the same result each time" is not
-            severity = Severity.WARN
-        return self._finding(ctx, rec, entry, severity)
+        if severity is not None and entry.results >= count - 1:
+            return self._finding(ctx, rec, entry, severity)
+        # Not every earlier call of the streak returned (calls proposed and never run,
+        # a screenshot agent whose screens are not in the trace, a result not yet
+        # seen): identical calls prove nothing by themselves, their outcome is unknown.
+        if rec.novel or entry.result is None:
+            return None
+        return self._restarts(ctx, rec, entry.result)
 
     @staticmethod
     def _continues(ctx: Context, entry: Streak, epoch: int) -> bool:
@@ -238,7 +258,8 @@ class RepeatedCall(Detector):
         if result == previous:
             return
         if (
-            previous_sketch is None
+            entry.moves  # another screen of a scrolled page: the page moved
+            or previous_sketch is None
             or sketch is None
             or sketch_similarity(previous_sketch, sketch) < _NEAR
         ):
@@ -249,9 +270,7 @@ class RepeatedCall(Detector):
     def _finding(self, ctx: Context, rec: CallRecord, entry: Streak, severity: Severity) -> Finding:
         count = entry.count
         same = "the same arguments" if entry.exact else "the same (reworded) arguments"
-        if entry.result is None:
-            result = "no new result"
-        elif entry.result.startswith("E"):
+        if entry.result is not None and entry.result.startswith("E"):
             result = "the same error each time"
         else:
             result = "the same result each time"

@@ -16,8 +16,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
-from datetime import datetime
-from typing import Any, Final, final
+from typing import Final, final
 
 from ..events import KINDS, MODEL
 from ..findings import Finding, Severity
@@ -257,7 +256,9 @@ class _Cap(Detector):
             )
         else:
             return None
-        return Finding(self.name, severity, ctx.step, (ctx.step,), msg, "cap")
+        # a limit the user set: it stops when reached, whether or not it warned first
+        stop = severity is Severity.STOP
+        return Finding(self.name, severity, ctx.step, (ctx.step,), msg, "cap", stop)
 
 
 class TokenBudget(_Cap):
@@ -311,28 +312,6 @@ class CostBudget(_Cap):
         return f"${amount:.4f}"
 
 
-_TS_FIELDS: Final = ("ts", "timestamp", "time")
-
-
-def _event_time(extra: dict[str, Any] | None) -> float | None:
-    """Seconds since the epoch from an event's ``ts``/``timestamp``/``time`` field
-    (a number, or an ISO-8601 string); None when absent or unreadable."""
-    if not extra:
-        return None
-    for field in _TS_FIELDS:
-        value = extra.get(field)
-        if value is None:
-            continue
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-            except ValueError:
-                return None
-    return None
-
-
 class TimeBudget(_Cap):
     """Hard cap on a run's wall time, from its first event to the current one.
 
@@ -361,7 +340,7 @@ class TimeBudget(_Cap):
         self._clock = clock if clock is not None else time.time
 
     def _amount(self, ctx: Context, st: CapTotal) -> float | None:
-        now = _event_time(ctx.event.extra)
+        now = ctx.event.time
         if now is None:
             now = self._clock()
         if st.t0 is None:
