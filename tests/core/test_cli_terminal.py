@@ -180,5 +180,5 @@ def test_loopwatch_scan_at_80_columns_shows_the_finding(
     assert all(len(line) <= 80 for line in lines)
     assert "top finding" in "\n".join(lines)
     column = finding_column(lines)
-    assert column.startswith("repeated_call:Youcalledlookup_order(")
-    assert "withthesamearguments3times" in column
+    assert column.startswith("repeated_call:")
+    assert "Youcalledlookup_order(" in column and "withthesamearguments" in column
