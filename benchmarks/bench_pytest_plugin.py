@@ -41,18 +41,21 @@ def import_us(module: str, runs: int) -> float:
     return statistics.median(times)
 
 
-def session_ms(folder: Path, args: list[str], runs: int) -> float:
-    """Median wall time of a pytest session in ``folder`` (ms)."""
-    times = []
+def sessions_ms(folder: Path, variants: dict[str, list[str]], runs: int) -> dict[str, float]:
+    """Median wall time of a pytest session in ``folder`` per variant (ms). The variants
+    take turns, round after round, so that a machine busy for a while slows them alike."""
+    times: dict[str, list[float]] = {label: [] for label in variants}
     for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:deepeval", "-p", "no:cacheprovider",
-             "-o", "asyncio_default_fixture_loop_scope=function", *args],
-            cwd=folder, capture_output=True, check=True,
-        )  # fmt: skip
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+        for label, args in variants.items():
+            start = time.perf_counter()
+            subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:deepeval",
+                 "-p", "no:cacheprovider", "-o", "asyncio_default_fixture_loop_scope=function",
+                 *args],
+                cwd=folder, capture_output=True, check=True,
+            )  # fmt: skip
+            times[label].append((time.perf_counter() - start) * 1000)
+    return {label: statistics.median(t) for label, t in times.items()}
 
 
 def per_call_us(calls: int) -> tuple[float, float]:
@@ -95,12 +98,13 @@ def main() -> int:
         (folder / "test_many.py").write_text(body)
         os.environ.pop("PYTEST_ADDOPTS", None)
         print(f"\npytest session, {args.tests} trivial tests (median ms over {args.sessions}):")
-        for label, extra in (
-            ("plugin dormant", []),
-            ("-p no:loopwatch", ["-p", "no:loopwatch"]),
-            ("--loopwatch", ["--loopwatch"]),
-        ):
-            print(f"  {label:<20} {session_ms(folder, extra, args.sessions):>10,.1f}")
+        variants = {
+            "plugin dormant": [],
+            "-p no:loopwatch": ["-p", "no:loopwatch"],
+            "--loopwatch": ["--loopwatch"],
+        }
+        for label, ms in sessions_ms(folder, variants, args.sessions).items():
+            print(f"  {label:<20} {ms:>10,.1f}")
 
     shared, scoped = per_call_us(args.calls)
     print(f"\nbare @watch, per call (median us over 5 x {args.calls:,} calls):")
