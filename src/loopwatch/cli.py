@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from importlib import resources
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import orjson
 
@@ -374,15 +374,13 @@ class _HumanTable:
         rows = self.rows
         if self.count > self._MAX_ALL:
             rows = [r for r in rows if r.verdict != "ok"]
-        table = Table(title=f"loopwatch scan: {_plural(self.count, 'run')}")
-        for col in ("run", "verdict", "score", "first warn", "first stop", "top finding"):
-            right = col in ("score", "first warn", "first stop")
-            table.add_column(
-                col,
-                justify="right" if right else "left",
-                no_wrap=col != "top finding",
-                overflow="ellipsis",
-            )
+        narrow = console.width < _NARROW
+        table = Table(
+            title=f"loopwatch scan: {_plural(self.count, 'run')}",
+            pad_edge=not narrow,  # below 80 columns: 2 more for the finding
+        )
+        for col in _columns(console.width, rows, narrow):
+            table.add_column(col.pop("header"), **col)
         style = {"ok": "green", "warn": "yellow", "stop": "bold red"}
         for r in rows:
             top = r.top_finding
@@ -400,6 +398,46 @@ class _HumanTable:
             f"{d} {n}" for d, n in sorted(self.detectors.items(), key=lambda x: -x[1])
         )
         console.print(f"{summary}." + (f" Findings by detector: {fired}." if fired else ""))
+
+
+_ROOMY: Final = 100  # from this width on, "first warn" and "first stop" fit on one line
+_NARROW: Final = 80  # below this width, the table's edges lose their padding
+
+
+def _columns(width: int, rows: Sequence[Report], narrow: bool) -> list[dict[str, Any]]:
+    """The scan table's columns for a console ``width`` columns wide (``narrow``: the
+    table's edges are not padded).
+
+    The top finding is what a reader needs most, so it gets the room: the short
+    columns never wrap nor shrink (their headers go on two lines below 100 columns),
+    and a long run id gives way first (cut with an ellipsis at 40% of the room left,
+    a third below 80 columns); the finding wraps in the rest.
+    """
+    roomy = width >= _ROOMY
+    longest_step = max(
+        (len(str(s)) for r in rows for s in (r.first_warn, r.first_stop) if s is not None),
+        default=1,
+    )
+    step_width = max(10 if roomy else 5, longest_step)
+    # each column: its padding and the rule before it; then the last rule
+    frame = 6 * 3 + 1 - (2 if narrow else 0)
+    fixed = len("verdict") + len("score") + 2 * step_width + frame
+    room = max(width - fixed, 10)
+    longest_id = max((len(r.run_id) for r in rows), default=3)
+    run_width = max(3, min(longest_id, room // 3 if narrow else room * 2 // 5))
+    short = {"no_wrap": True, "overflow": "ellipsis"}
+    return [
+        {"header": "run", "max_width": run_width, **short},
+        {"header": "verdict", "min_width": len("verdict"), **short},
+        {"header": "score", "justify": "right", "min_width": len("score"), **short},
+        *(
+            {"header": name if roomy else name.replace(" ", "\n"), "justify": "right",
+             "min_width": step_width, **short}
+            for name in ("first warn", "first stop")
+        ),
+        {"header": "top finding", "min_width": min(room - run_width, 20),
+         "max_width": room - run_width, "overflow": "fold"},
+    ]  # fmt: skip
 
 
 def _plural(count: int, noun: str) -> str:

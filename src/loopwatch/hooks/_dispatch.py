@@ -60,6 +60,20 @@ _PROTOCOLS = {
 _SEVERITY = {"ok": 0, "warn": 1, "skip": 2, "stop": 3}
 _TURN_SUFFIX = "\x00hook-turn"  # the store key of a run's turn marker
 _AFTER_STOP = " Nothing runs in this session until the user's next message."
+_USAGE = """usage: loopwatch hook AGENT [EVENT] < payload.json
+
+Answer one coding-agent hook call: the agent runs this command around each tool
+call, with the call as JSON on stdin, and reads loopwatch's answer (allow, warn,
+deny, stop) in its own protocol. `loopwatch install AGENT` writes it into the
+agent's settings; `loopwatch doctor` checks it.
+
+positional arguments:
+  AGENT    {agents}
+  EVENT    the hook event, for an agent whose payload does not name it
+
+options:
+  -h, --help  show this help message and exit
+"""
 _DOCTOR = "loopwatch_doctor"  # a payload with this key asks the hook to say what it is
 
 
@@ -420,6 +434,9 @@ def main(argv: list[str] | None = None, exit_now: bool = False) -> int:
     """
     args = sys.argv[1:] if argv is None else argv
     agent = args[0] if args else ""
+    if "--help" in args or "-h" in args:  # no agent or event is spelled so
+        sys.stdout.write(_USAGE.format(agents=supported()))
+        return 0
     # The guard logs to the "loopwatch" logger (an outage, a reset state): a hook's
     # stderr is the agent's, and its own failures go to hook.log.
     from .._logger import quiet
@@ -429,7 +446,7 @@ def main(argv: list[str] | None = None, exit_now: bool = False) -> int:
         what = f"unknown agent {agent!r}" if agent else "no agent named"
         print(
             f"loopwatch hook: {what}; supported: {supported()}\n"
-            "usage: loopwatch hook AGENT < payload.json",
+            "usage: loopwatch hook AGENT [EVENT] < payload.json (loopwatch hook --help)",
             file=sys.stderr,
         )
         return 2

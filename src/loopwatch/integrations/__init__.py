@@ -7,8 +7,9 @@ skip or stop. This package imports no framework: ``loopwatch.integrations.langch
 ``import loopwatch`` works with none of them installed.
 
 The helpers here are shared by the adapters: building the guard from keyword
-configuration, observing without letting a loopwatch bug crash the user's agent,
-and holding the warnings that wait for the model's next request.
+configuration (or using the one :func:`use_guard` put in force), observing without
+letting a loopwatch bug crash the user's agent, and holding the warnings that wait
+for the model's next request.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from ._common import (
     PendingWarnings,
     aobserve_safely,
     content_text,
+    current_guard,
     make_guard,
     missing_extra,
     observe_safely,
+    use_guard,
 )
 from .decorator import current_run, watch
 
@@ -27,9 +30,11 @@ __all__ = [
     "PendingWarnings",
     "aobserve_safely",
     "content_text",
+    "current_guard",
     "current_run",
     "make_guard",
     "missing_extra",
     "observe_safely",
+    "use_guard",
     "watch",
 ]

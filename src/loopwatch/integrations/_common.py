@@ -1,15 +1,18 @@
 """Helpers shared by the framework adapters: building the guard from keyword
-configuration, observing without letting a loopwatch bug crash the user's agent,
-naming the extra to install when a framework is missing, and holding the warnings
-that wait for the model's next request."""
+configuration (or taking the one :func:`use_guard` made the default in this context),
+observing without letting a loopwatch bug crash the user's agent, naming the extra to
+install when a framework is missing, and holding the warnings that wait for the
+model's next request."""
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Final
 
 import orjson
@@ -28,10 +31,12 @@ __all__ = [
     "aobserve_queued",
     "aobserve_safely",
     "content_text",
+    "current_guard",
     "make_guard",
     "missing_extra",
     "observe_queued",
     "observe_safely",
+    "use_guard",
 ]
 
 log = logging.getLogger("loopwatch")
@@ -40,8 +45,63 @@ _PENDING_RUNS_MAX: Final = 10_000
 _PENDING_PER_RUN_MAX: Final = 16
 
 
+class _Scope:
+    """What :func:`use_guard` put in force: the guard, and how to build one for an
+    adapter that brings configuration keywords of its own."""
+
+    __slots__ = ("derive", "guard")
+
+    def __init__(self, guard: Guard, derive: Callable[[dict[str, Any]], Guard] | None) -> None:
+        self.guard = guard
+        self.derive = derive
+
+    def guard_for(self, config: Mapping[str, Any]) -> Guard:
+        if not config:
+            return self.guard
+        if self.derive is not None:
+            return self.derive(dict(config))
+        return Guard(self.guard.config, **dict(config))
+
+
+# Context-local (a contextvar, not a global): each thread, asyncio task and pytest test
+# sees its own; unset, it costs the adapters one lookup when they are built.
+_SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
+    "loopwatch_default_guard", default=None
+)
+
+
+@contextmanager
+def use_guard(
+    guard: Guard, derive: Callable[[dict[str, Any]], Guard] | None = None
+) -> Iterator[Guard]:
+    """Make ``guard`` the default guard inside this block (and the tasks it starts):
+    every adapter built there without ``guard=`` and every bare ``@watch`` called there
+    uses it. What the pytest plugin does for each test; useful for a harness that
+    wants all the agents of one job judged by one guard without passing it around.
+
+    An adapter given configuration keywords (``LoopwatchMiddleware(on_loop="skip")``)
+    gets a guard of its own, configured as ``guard`` with the keywords on top (so
+    they keep meaning what they say), built by ``derive(keywords)`` when given.
+    Threads started inside do not inherit a contextvar: run them in
+    ``contextvars.copy_context()``, as the frameworks' executors do.
+    """
+    token = _SCOPE.set(_Scope(guard, derive))
+    try:
+        yield guard
+    finally:
+        _SCOPE.reset(token)
+
+
+def current_guard() -> Guard | None:
+    """The guard :func:`use_guard` made the default here, or None."""
+    scope = _SCOPE.get()
+    return None if scope is None else scope.guard
+
+
 def make_guard(guard: Guard | None, config: Mapping[str, Any]) -> Guard:
-    """The guard an adapter uses: the one given, or a new one built from ``config``.
+    """The guard an adapter uses: the one given; else, inside :func:`use_guard`, the
+    default guard (or one derived from it when ``config`` has keywords); else a new
+    one built from ``config``.
 
     Passing both is refused: silently ignoring the keywords would leave the user
     believing a threshold is in force when it is not.
@@ -53,6 +113,9 @@ def make_guard(guard: Guard | None, config: Mapping[str, Any]) -> Guard:
                 f"({', '.join(sorted(config))}), not both: the keywords would be ignored"
             )
         return guard
+    scope = _SCOPE.get()
+    if scope is not None:
+        return scope.guard_for(config)
     return Guard(**dict(config))
 
 

@@ -36,7 +36,7 @@ from typing import Any, Final, TypeVar, overload
 from ..errors import LoopDetected
 from ..findings import Action, Verdict
 from ..guard import Guard
-from ._common import aobserve_safely, content_text, make_guard, observe_safely
+from ._common import aobserve_safely, content_text, current_guard, make_guard, observe_safely
 
 __all__ = ["DEFAULT_RUN", "current_run", "watch"]
 
@@ -57,7 +57,11 @@ _default_lock = threading.Lock()
 def _shared_guard() -> Guard:
     """One guard for every ``@watch`` without a guard or configuration of its own,
     so that calls of different tools in one run are seen together (a cycle spans
-    several tools)."""
+    several tools); inside :func:`~loopwatch.integrations.use_guard` (a pytest test
+    with the plugin on), the guard in force there."""
+    scoped = current_guard()
+    if scoped is not None:
+        return scoped
     global _default_guard
     with _default_lock:
         if _default_guard is None:
@@ -115,8 +119,10 @@ def watch(
     Parameters:
         guard: the :class:`Guard` to use. Without it, ``config`` keywords
             (``on_loop="skip"``, ``repeated_call={"stop_at": 8}``...) build a new
-            guard for this decorator; with neither, one shared default guard
-            (configured from ``loopwatch.toml`` if present) serves every ``@watch``.
+            guard for this decorator; with neither, the guard in force where the
+            call is made (:func:`~loopwatch.integrations.use_guard`, the pytest
+            plugin's per-test guard), else one shared default guard (configured
+            from ``loopwatch.toml`` if present) serves every ``@watch``.
         run_id: the run the calls belong to: a string, or a function returning
             it per call. Default: the innermost :func:`current_run` block, else
             ``"default"``.
