@@ -217,7 +217,9 @@ def test_engine_scan_of_the_corpus_is_byte_identical_to_the_local_scan() -> None
     engine = _cli("--json", "--engine", "dask", "--jobs", "2", *files)
     assert local.returncode == engine.returncode == 0, engine.stderr[-2000:]
     assert engine.stdout == local.stdout  # the same order too, not only after sorting
-    assert engine.stdout.count(b"\n") == 590
+    # one line per run of the files, whatever the corpus holds today
+    runs = sum(1 for f in files for line in Path(f).read_bytes().splitlines() if line.strip())
+    assert engine.stdout.count(b"\n") == runs
 
 
 def test_engine_keeps_input_errors_in_place() -> None:
