@@ -47,12 +47,14 @@ COMPILED: tuple[str, ...] = (
     "loopwatch.detectors.futility",
     "loopwatch.detectors.handoff",
     "loopwatch.detectors.instruction",
+    "loopwatch.detectors.narration",
     "loopwatch.detectors.progress",
     "loopwatch.detectors.recursion",
     "loopwatch.detectors.repeat",
     "loopwatch.detectors.revisit",
     "loopwatch.detectors.spend",
     "loopwatch.detectors.stagnation",
+    "loopwatch.detectors.wait",
 )
 
 _PACKAGE = Path(__file__).resolve().parent

@@ -15,6 +15,7 @@ from re import Pattern
 from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
+from xxhash import xxh32_intdigest
 
 from .detectors.base import Context, Detector
 from .events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER, Event, echo_digest
@@ -214,7 +215,9 @@ def _record_call(
         state.turn,
         command is not None,
     )
-    if event.args_known and len(event.args_json) <= _ECHO_ARGS_BYTES:
+    if command is None and event.args_known and len(event.args_json) <= _ECHO_ARGS_BYTES:
+        # a search, a lookup, a booking: what it asks about, and what its result may
+        # quote back (a shell command's output does not quote the command)
         rec.echo, rec.asks = _echoes(event.args)
     calls = state.calls
     if waiting_tool(event.name) or (command is not None and declared_wait(command) is not None):
@@ -250,14 +253,17 @@ _ECHO_ARGS_BYTES: Final = 600
 _ECHO_VALUES: Final = 3
 _ECHO_CHARS: Final = 200
 _ECHO_NODES: Final = 64
+_ECHO_ID: Final = 6  # a call id shorter than this is a counter, not an id
 _ASKS_MAX: Final = 8
+_SPEC_MASK: Final = 0xFFFFF  # 20 bits a specific: a chance collision among 8 is ~1e-5
+_WORD_EDGES: Final = ".,;:!?()[]{}<>\"'`"
 
 
 def _echoes(args: Any) -> tuple[list[list[Any]], list[int]]:
-    """What finds up to 3 string values of a call's arguments (4 to 200 characters) in
+    """What finds up to 3 string values of a call's arguments (6 to 200 characters) in
     its result (:func:`~loopwatch.events.echo_digest`: never the values themselves, the
-    run state keeps no secret), and the fingerprints of the specific things it asks
-    about (:func:`~loopwatch.text.specifics`: ids, dates, codes, numbers; at most 8)."""
+    run state keeps no secret), and the fingerprints of the specific things it asks about
+    (:func:`~loopwatch.text.specifics`: ids, dates, codes, numbers; at most 8)."""
     echoes: list[list[Any]] = []
     asks: list[int] = []
     todo = [maybe_json(args)]
@@ -270,9 +276,8 @@ def _echoes(args: Any) -> tuple[list[list[Any]], list[int]]:
                 digest = echo_digest(value)
                 if digest is not None:
                     echoes.append(digest)
-            for token in specifics(value):
-                if len(asks) < _ASKS_MAX:
-                    asks.append(_spec_id(token))
+            if len(asks) < _ASKS_MAX:
+                _asked(value, asks)
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             if len(asks) < _ASKS_MAX:
                 asks.append(_spec_id(str(value)))
@@ -283,8 +288,24 @@ def _echoes(args: Any) -> tuple[list[list[Any]], list[int]]:
     return echoes, asks
 
 
+def _asked(value: str, asks: list[int]) -> None:
+    """Add to ``asks`` the specific words of an argument's first 200 characters: those
+    with a digit, ``_``, ``@`` or ``#`` (an id, a date, a flight), and codes of three
+    capitals or more (an airport). A plain word is read with one C call (``isalpha``):
+    this runs on every call that is not a shell command."""
+    for word in value[:_ECHO_CHARS].split():
+        word = word.strip(_WORD_EDGES)
+        if len(word) < 2 or len(asks) >= _ASKS_MAX:
+            continue
+        if word.isalpha():
+            if len(word) >= 3 and word.isupper():
+                asks.append(_spec_id(word.lower()))
+        elif any(c.isdigit() or c in "_@#" for c in word):
+            asks.append(_spec_id(word.lower()))
+
+
 def _spec_id(token: str) -> int:
-    return int(fingerprint(token)[:5], 16)
+    return xxh32_intdigest(token.encode("utf-8", "surrogatepass")) & _SPEC_MASK
 
 
 def _note_seen(state: RunState, key: str) -> bool:
@@ -340,8 +361,9 @@ def _record_result(state: RunState, event: Event, step: int) -> CallRecord | Non
     if rec is None:
         return None
     echoes = rec.echo
-    if event.id is not None:
-        digest = echo_digest(event.id)
+    ident = event.id
+    if ident is not None and len(ident) >= _ECHO_ID and ident in event.text:
+        digest = echo_digest(ident)  # a result that quotes its call's id
         if digest is not None:
             echoes = [*echoes, digest]
     if echoes:
@@ -349,8 +371,10 @@ def _record_result(state: RunState, event: Event, step: int) -> CallRecord | Non
         rec.echo = []
     rec.result = event.result_key
     rec.rstep = step
-    if not event.error and event.text_known and reports_pending(event.text):
-        rec.poll = True  # a status check that says "not yet": polling
+    if not rec.novel and not event.error and event.text_known and reports_pending(event.text):
+        # a status checked again that says "not yet": polling (read on a repeat only:
+        # a first result is no poll yet, and most results never repeat)
+        rec.poll = True
         state.wait_step = step
     if rec.novel and (event.error or negative(event.text)):
         # A new call that failed, or a lookup that found nothing, taught nothing:

@@ -104,15 +104,15 @@ def _never_equal() -> str:
 
 
 _TS_FIELDS: Final = ("ts", "timestamp", "time")
-_ECHO_MIN: Final = 4  # shorter argument values are words any result may hold
-_ECHO_WITHIN: Final = 4000  # a result quotes its request near its start
+_ECHO_MIN: Final = 6  # shorter argument values are words any result may hold
+_ECHO_WITHIN: Final = 400  # a result quotes its request at its start ("Could not find [q]")
 _ECHO_PREFIX: Final = 4  # characters of a value kept to find it again (never the value)
 
 
 def echo_digest(value: str) -> list[Any] | None:
     """What finds an argument value in a result without keeping the value: its first 4
-    characters, its length and a hash of it; None for a value too short to be more
-    than a word any result may hold."""
+    characters, its length and a hash of it; None for a value too short (under 6
+    characters) to be more than a word any result may hold."""
     if len(value) < _ECHO_MIN:
         return None
     return [value[:_ECHO_PREFIX], len(value), _hexdigest(value.encode(_UTF8, _LONE))]
@@ -431,8 +431,11 @@ class Event:
                 at = text.find(prefix, end, _ECHO_WITHIN)
         if found:
             bare = Event(self.kind, self.name, None, text, error=self.error)
-            self._result_key = bare.result_key
-            self._outcome_key = bare.outcome_key
+            key = self._result_key = bare.result_key
+            if self.error:
+                self._outcome_key = key  # an error's result key is its outcome
+            else:
+                self._outcome_key = None  # made from the text as it is, if ever asked
 
     @property
     def outcome_key(self) -> str:
@@ -455,6 +458,26 @@ class Event:
                     _OUTCOME_CACHE.clear()
                 _OUTCOME_CACHE[raw] = key
             self._outcome_key = key
+        return key
+
+    @property
+    def error_key(self) -> str:
+        """An error's signature with every number masked (:func:`outcome_signature`,
+        ``coarse``): "found 2 actions" and "found 3 actions" are one rejection. What the
+        error loop compares; cached by exact text, as a looping agent gets the same
+        rejection again and again."""
+        if not self.text_known:
+            return self.result_key
+        text = self.text
+        if len(text) > 2 * _TEXT_BUDGET:
+            text = text[:_TEXT_BUDGET] + " " + text[-_TEXT_BUDGET:]
+        raw = "C" + _hexdigest(text.encode(_UTF8, _LONE))
+        key = _OUTCOME_CACHE.get(raw)
+        if key is None:
+            key = outcome_signature(text, True, True)
+            if len(_OUTCOME_CACHE) >= _NORM_CACHE_MAX:
+                _OUTCOME_CACHE.clear()
+            _OUTCOME_CACHE[raw] = key
         return key
 
     @property

@@ -161,18 +161,39 @@ def page_sketch(text: str) -> list[int] | None:
 # Calls that move the view over content (scroll, page down, swipe): each result is
 # another screen of one page, partly the screen before; only the very same screen again
 # (the bottom of the page, where nothing moves) is the same result.
-_MOVING_WORDS: Final = ("scroll", "pagedown", "pageup", "page_down", "page_up", "swipe")
+_MOVING_KEYS: Final = ("scroll", "pagedown", "pageup", "swipe")
+_MOVING_VALUE: Final = 40  # characters of an argument value read for a moving word
+_MOVING_NAMES: dict[str, bool] = {}  # tool name -> it says the call moves the view
 
 
 def moves_view(name: str | None, args: Any) -> bool:
     """Whether a call moves the view over content rather than acting on it: its tool
-    name or an argument says scroll, page down / up or swipe (``scroll_down``,
-    ``computer(action="scroll")``, ``press(key="PageDown")``)."""
-    key = tool_key(name)
-    if any(w.replace("_", "") in key for w in _MOVING_WORDS):
-        return True
-    raw = canonical_args(args).lower()
-    return any(w.encode("ascii") in raw for w in _MOVING_WORDS)
+    name, an argument's name or a short argument value says scroll, page down / up or
+    swipe (``scroll_down``, ``computer(action="scroll")``, ``press(key="PageDown")``,
+    ``scroll(delta_y=600)``). Read from the top level of the arguments only."""
+    if name:
+        known = _MOVING_NAMES.get(name)
+        if known is None:
+            key = tool_key(name)
+            known = any(w in key for w in _MOVING_KEYS)
+            if len(_MOVING_NAMES) >= _NORM_CACHE_MAX:
+                _MOVING_NAMES.clear()
+            _MOVING_NAMES[name] = known
+        if known:
+            return True
+    if type(args) is not dict:
+        args = maybe_json(args)
+        if not isinstance(args, dict):
+            return False
+    for k, v in args.items():
+        low = str(k).lower()
+        if "scroll" in low or low.startswith("delta"):
+            return True
+        if type(v) is str and len(v) <= _MOVING_VALUE:
+            word = tool_key(v)
+            if any(w in word for w in _MOVING_KEYS):
+                return True
+    return False
 
 
 # Two showings of one address whose sketches overlap this much are the same page: the
@@ -857,6 +878,7 @@ _PENDING_FIELD: Final = re.compile(
 )
 _PENDING_WORD: Final = re.compile(rf"\b(?:{_PENDING})\b", re.IGNORECASE)
 _PENDING_SHORT: Final = 160  # a bare status line ("Job 42: running") is this short
+_STATUS_CHARS: Final = 600  # a status report says its state near its start
 
 
 def reports_pending(text: str) -> bool:
@@ -866,7 +888,7 @@ def reports_pending(text: str) -> bool:
     mentions "running" somewhere (a test log) is not a status."""
     if len(text) <= _PENDING_SHORT:
         return _PENDING_WORD.search(text) is not None
-    head = text[:_WAIT_CHARS]
-    if "tatus" not in head and "tate" not in head and "hase" not in head:
+    end = _STATUS_CHARS
+    if text.find("tat", 0, end) < 0 and text.find("hase", 0, end) < 0:
         return False  # most long results: no status field, no regular expression
-    return _PENDING_FIELD.search(head) is not None
+    return _PENDING_FIELD.search(text, 0, end) is not None

@@ -181,7 +181,12 @@ def negative(text: str) -> bool:
 # A token (letters, digits and the marks ids are written with) holding a digit, "_",
 # "@" or "#"; or a code of 3+ capitals. Anchored at a token's start, so each token is
 # read once.
-_SPECIFIC: Final = re.compile(r"(?<![\w@#.:/+-])(?=[\w@#.:/+-]*[\d_@#])[\w@#.:/+-]+|\b[A-Z]{3,}\b")
+# Read as the runs of such characters (one regular expression without look-around,
+# which cost 60 ns a character), each kept whole when it holds a digit, "_", "@" or
+# "#", else searched for codes of capitals.
+_RUN: Final = re.compile(r"[\w@#.:/+-]+")
+_CAPITALS: Final = re.compile(r"\b[A-Z]{3,}\b")
+_MARKED: Final = re.compile(r"[\d_@#]")
 _SPECIFIC_CHARS: Final = 2000  # a message names its specifics early; bounds the cost
 _TRAILING: Final = ".:/+-"
 
@@ -192,10 +197,14 @@ def specifics(text: str) -> list[str]:
     letters or more (``SFO``, not ``I`` or ``ID``). Read from the first 2,000
     characters."""
     out: dict[str, None] = {}
-    for tok in _SPECIFIC.findall(text[:_SPECIFIC_CHARS]):
-        tok = tok.strip(_TRAILING)
-        if len(tok) >= 2:
-            out[tok.lower()] = None
+    for run in _RUN.findall(text, 0, _SPECIFIC_CHARS):
+        if _MARKED.search(run) is not None:
+            tok = run.strip(_TRAILING)
+            if len(tok) >= 2:
+                out[tok.lower()] = None
+        elif len(run) >= 3 and not run.islower():
+            for code in _CAPITALS.findall(run):
+                out[code.lower()] = None
     return list(out)
 
 

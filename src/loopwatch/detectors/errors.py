@@ -6,7 +6,6 @@ from typing import Any, final
 
 from ..events import TOOL_RESULT, USER
 from ..findings import Finding, Severity
-from ..fingerprints import outcome_signature
 from ..state import DetectorState, Tally, dump_map, load_map
 from .base import Context, Detector, preview, severity_for, trim
 
@@ -126,7 +125,7 @@ class ErrorLoop(Detector):
             return None
         # every number masked: a harness rejecting the same format mistake says "found
         # 2 actions", then "found 3 actions"
-        key = outcome_signature(ev.text, True, True) if ev.text_known else ev.result_key
+        key = ev.error_key
         # Failures of different calls issued together in one turn (a parallel batch
         # all hitting the same broken tool) are one attempt, not several.
         attempt = 0 if ctx.batched else 1

@@ -57,11 +57,14 @@ _ABSENT: Final = re.compile(
     r"|present|shown|there)|not (?:listed|available|visible|present|shown|found)"
     r"|no (?:\w+ )?(?:option|link|button|filter|tab|field|entry|item))\b"
 )
+# Every phrase of _ABSENT holds one of these: a narration without any is read no further.
+_ABSENT_STEMS: Final = ("see", "find", "n't", "not ", "no ")
 _QUOTE: Final = re.compile(r'"[^"]{1,80}"|\u201c[^\u201d]{1,80}\u201d|\*\*[^*]{1,80}\*\*')
 _QUOTED: Final = re.compile(r'"([^"]{1,80})"|\u201c([^\u201d]{1,80})\u201d|\*\*([^*]{1,80})\*\*')
 # Coordinates the agent reads off the screen (x=601, (240, 433)) are no page content.
 _COORD: Final = re.compile(r"[xyXY]\s*[=:]\s*\d+|\(\s*\d+\s*,\s*\d+\s*\)")
 _SENTENCE_END: Final = re.compile(r"[.!?:]\s+|\n")
+_DIGIT: Final = re.compile(r"\d")
 # Words, lower-cased ("1.25+", "k/da", "don't" stay whole).
 _TOKEN: Final = re.compile(r"[a-z0-9$][\w$+/%-]*(?:['.][\w$+/%-]+)*")
 # A word capitalised inside a sentence (a name), or in capitals (a code).
@@ -69,12 +72,22 @@ _NAME: Final = re.compile(r"(?<=[\w,;)\]%'\"\u201d-]) ([A-Z][\w$+/%-]*)|\b([A-Z]
 _PRONOUNS: Final = frozenset({"I", "I'm", "I've", "I'll", "I'd"})
 _OBSERVATION_CHARS: Final = 1200  # of a narration's observation (bounds the cost)
 _PLAN_CHARS: Final = 400
-_LEARN_CHARS: Final = 4000  # of any text the run's words are learned from
+_LEARN_CHARS: Final = 2000  # of any text the run's words are learned from
 _HASH_MASK: Final = 0xFFFFFF  # 24 bits a word: chance collisions among 1,024 words ~ 6e-5
 
 
+_WORD_IDS: dict[str, int] = {}  # word -> its id: a run's words recur, hashed once
+_WORD_IDS_MAX: Final = 16384
+
+
 def _word_id(word: str) -> int:
-    return xxhash.xxh32_intdigest(word.encode("utf-8", "surrogatepass")) & _HASH_MASK
+    wid = _WORD_IDS.get(word)
+    if wid is None:
+        wid = xxhash.xxh32_intdigest(word.encode("utf-8", "surrogatepass")) & _HASH_MASK
+        if len(_WORD_IDS) >= _WORD_IDS_MAX:
+            _WORD_IDS.clear()
+        _WORD_IDS[word] = wid
+    return wid
 
 
 def _names(text: str) -> set[str]:
@@ -90,47 +103,65 @@ def _names(text: str) -> set[str]:
 class Reading:
     """What one narration says about the action before it."""
 
-    __slots__ = ("failed", "novel", "observation", "progress", "recurs")
+    __slots__ = ("failed", "novel", "observation", "progress", "recurs", "words")
 
     def __init__(
-        self, observation: str, novel: bool, progress: bool, failed: bool, recurs: bool
+        self,
+        observation: str,
+        novel: bool,
+        progress: bool,
+        failed: bool,
+        recurs: bool,
+        words: list[str],
     ) -> None:
         self.observation = observation
         self.novel = novel  # it names something the run never named
         self.progress = progress  # ... or says the action worked (and reports no failure)
         self.failed = failed  # it reports a failure, or plans another try
         self.recurs = recurs  # it says a failure keeps happening
+        self.words = words  # its words, lower-cased (the run learns them after)
 
 
 def read(text: str, known: dict[int, None]) -> Reading:
     """Read a narration: split at its plan; progress is an observation that reports no
     failure and names something the run never named (a number, a quoted text, a name)
     or says the action took effect; a failure signal is an observation that reports a
-    failure, or a plan to try again or to aim more precisely."""
-    text = text.strip()
+    failure, or a plan to try again or to aim more precisely.
+
+    Each pattern costs several microseconds a narration, so they run only where their
+    answer can still change the reading (a failure reported makes the rest moot)."""
+    text = text.strip()[:_LEARN_CHARS]
     low = text.lower()
     at = _PLAN.search(low)
-    observation = (text[: at.start()] if at else text)[:_OBSERVATION_CHARS]
-    plan = low[at.start() : at.start() + _PLAN_CHARS] if at else ""
+    start = at.start() if at else len(text)
+    cut = min(start, _OBSERVATION_CHARS)
+    observation = text[:cut]
+    words = _TOKEN.findall(low, 0, cut)  # the observation's words
     quoted = '"' in observation or "\u201c" in observation or "**" in observation
-    bare = (_QUOTE.sub(" ", observation) if quoted else observation).lower()
+    bare = _QUOTE.sub(" ", low[:cut]) if quoted else low[:cut]
     reported = _FAILED.search(bare) is not None
-    retry = bool(plan) and _RETRY.search(_QUOTE.sub(" ", plan) if '"' in plan else plan) is not None
-    novel = not reported and _names_new(observation, known)
-    progress = novel or (not reported and _WORKED.search(bare) is not None)
-    recurs = "keep" in bare and _RECURS.search(bare) is not None
-    return Reading(observation, novel, progress, reported or retry, recurs)
+    novel = progress = retry = False
+    if not reported:
+        if at is not None:
+            plan = low[start : start + _PLAN_CHARS]
+            retry = _RETRY.search(_QUOTE.sub(" ", plan) if '"' in plan else plan) is not None
+        novel = _names_new(observation, words, known)
+        progress = novel or _WORKED.search(bare) is not None
+    recurs = ("keep" in bare or "kept" in bare) and _RECURS.search(bare) is not None
+    words += _TOKEN.findall(low, cut)
+    return Reading(observation, novel, progress, reported or retry, recurs, words)
 
 
-def _names_new(observation: str, known: dict[int, None]) -> bool:
-    """Whether an observation names something the run never named: a token with a digit,
-    or a name (capitalised or quoted), not among the run's words."""
+def _names_new(observation: str, words: list[str], known: dict[int, None]) -> bool:
+    """Whether an observation (``words``: its words, lower-cased) names something the
+    run never named: a token with a digit, or a name (capitalised or quoted), not among
+    the run's words. Coordinates the agent reads off the screen (x=601) are no content."""
     if "=" in observation or "(" in observation or ":" in observation:
-        observation = _COORD.sub(" ", observation)
-    new = [t for t in _TOKEN.findall(observation.lower()) if _word_id(t) not in known]
+        words = _TOKEN.findall(_COORD.sub(" ", observation).lower())
+    new = [w for w in words if _word_id(w) not in known]
     if not new:
         return False
-    if any(any(c.isdigit() for c in t) for t in new):
+    if any(_DIGIT.search(w) is not None for w in new):
         return True
     return not _names(observation).isdisjoint(new)
 
@@ -140,11 +171,12 @@ _POINT_KEYS: Final = (("x", "y"), ("start_x", "start_y"), ("coordinate_x", "coor
 
 
 def _target(event: Event) -> tuple[float, float, str] | None:
-    """What an action acts on: a point (x, y, "") for a pointer action, else (0, 0, a
-    key of its text, address, key press or other arguments); None for a scroll, which
-    moves over content rather than acting on a target."""
-    args = maybe_json(event.args)
-    name = event.name or ""
+    """What an action acts on: a point (x, y, "") for a pointer action, else (0, 0, its
+    normalised call key: the same text, address or key press); None for a scroll,
+    which moves over content rather than acting on a target."""
+    args = event.args
+    if type(args) is not dict:
+        args = maybe_json(args)
     if isinstance(args, dict):
         for kx, ky in _POINT_KEYS:
             x, y = args.get(kx), args.get(ky)
@@ -155,17 +187,9 @@ def _target(event: Event) -> tuple[float, float, str] | None:
             x, y = point
             if isinstance(x, (int, float)) and isinstance(y, (int, float)):
                 return float(x), float(y), ""
-        if moves_view(name, args) or "delta_y" in args:
-            return None
-        kept = {k: v for k, v in args.items() if not str(k).lower().endswith("id")}
-        return 0.0, 0.0, name + "\0" + event_args_key(kept)
-    if moves_view(name, args):
+    if moves_view(event.name, args):
         return None
-    return 0.0, 0.0, name + "\0" + event_args_key(args)
-
-
-def event_args_key(args: Any) -> str:
-    return f"{xxhash.xxh3_64_intdigest(repr(args).lower().encode('utf-8', 'surrogatepass')):x}"
+    return 0.0, 0.0, event.norm_key
 
 
 @final
@@ -190,13 +214,15 @@ class NoEffectState(DetectorState):
     when the narration named something new, reported a recurring failure, was warned."""
 
     __slots__ = (
-        "absent", "attempts", "known", "narrated", "news", "progress", "recurs", "warned",
+        "absent", "attempts", "known", "narrated", "news", "progress", "recurs", "unanswered",
+        "warned",
     )  # fmt: skip
 
     def __init__(self) -> None:
         self.attempts: list[Attempt] = []  # the last 8
         self.known: dict[int, None] = {}  # the run's words, once it narrates
         self.narrated = False  # an action's effect was only narrated: the rule is on
+        self.unanswered = -1  # until then: the step of the last call not yet answered
         self.news: list[int] = []  # steps whose narration or result named something new
         self.progress: list[int] = []  # attempt steps whose narration showed progress
         self.warned: list[int] = []  # attempt steps that got a warning
@@ -212,16 +238,17 @@ class NoEffectState(DetectorState):
             self.news,
             self.progress,
             self.recurs,
+            self.unanswered,
             self.warned,
         ]
 
     @classmethod
     def load(cls, data: Any) -> NoEffectState:
-        if not isinstance(data, list) or len(data) != 8:
-            raise StateError("NoEffectState: expected 8 fields")
+        if not isinstance(data, list) or len(data) != 9:
+            raise StateError("NoEffectState: expected 9 fields")
         st = cls()
         absent, attempts, known, st.narrated, *rest = data
-        st.news, st.progress, st.recurs, st.warned = rest
+        st.news, st.progress, st.recurs, st.unanswered, st.warned = rest
         st.absent = dict(absent)
         st.attempts = [Attempt.load(a) for a in attempts]
         st.known = dict.fromkeys(known)
@@ -310,47 +337,56 @@ class NoEffect(Detector):
         if kind == TOOL_RESULT:
             if ev.text_known and ev.text.strip():
                 rec = ctx.call
+                if not st.narrated:
+                    if rec is None or rec.step == st.unanswered:
+                        st.unanswered = -1  # answered: a text-tool agent so far
+                    return None
                 for a in st.attempts:
                     if a.said == -1 and (rec is None or a.step == rec.step):
                         a.said = -2  # the trace holds its result: not this rule's to judge
                         break
-                if st.narrated and _names_new(ev.text[:_OBSERVATION_CHARS], st.known):
+                head = ev.text[:_OBSERVATION_CHARS]
+                if _names_new(head, _TOKEN.findall(head.lower()), st.known):
                     _mark(st.news, ctx.step)
-                if st.narrated:
-                    _learn(st, ev.text)
+                _learn(st, _TOKEN.findall(ev.text[:_LEARN_CHARS].lower()))
             return None
         if kind == USER:
             if st.narrated:
-                _learn(st, ev.text)
+                _learn(st, _TOKEN.findall(ev.text[:_LEARN_CHARS].lower()))
             return None
         if not ev.text_known:
             return None
-        pending = [a for a in st.attempts if a.said == -1]
         if not st.narrated:
-            if not pending:
-                return None
+            if st.unanswered < 0:
+                return None  # the last action had its result: a text-tool agent
             st.narrated = True  # an action whose effect only the narration tells: on
+        pending = [a for a in st.attempts if a.said == -1]
         return self._narration(ctx, st, ev.text, pending)
 
     def _call(self, ctx: Context, st: NoEffectState, ev: Event) -> Finding | None:
+        if not st.narrated:
+            # until an action goes unanswered before the narration, the run is a
+            # text-tool agent's: only whether its last call is answered is kept
+            st.unanswered = ctx.step
+            return None
         target = _target(ev)
         if target is None:
             return None
         x, y, key = target
         attempt = Attempt(ctx.step, ev.name or "", x, y, key)
         found = None
-        if st.narrated:
-            run = self._run(st, attempt)
-            n = len(run)
-            failed = sum(1 for a in run if a.failed)
-            warned = any(a.step in st.warned for a in run)
-            if warned and n >= self.attempts:
-                found = self._finding(ctx, run, attempt, Severity.STOP)
-            elif not warned and n >= self.attempts - 1 and failed >= self.failures:
-                _mark(st.warned, ctx.step)
-                found = self._finding(ctx, run, attempt, Severity.WARN)
-            if isinstance(ev.args, dict):
-                _learn(st, " ".join(v for v in ev.args.values() if isinstance(v, str)))
+        run = self._run(st, attempt)
+        n = len(run)
+        failed = sum(1 for a in run if a.failed)
+        warned = any(a.step in st.warned for a in run)
+        if warned and n >= self.attempts:
+            found = self._finding(ctx, run, attempt, Severity.STOP)
+        elif not warned and n >= self.attempts - 1 and failed >= self.failures:
+            _mark(st.warned, ctx.step)
+            found = self._finding(ctx, run, attempt, Severity.WARN)
+        if isinstance(ev.args, dict):
+            said = " ".join(v for v in ev.args.values() if isinstance(v, str))
+            _learn(st, _TOKEN.findall(said[:_LEARN_CHARS].lower()))
         st.attempts.append(attempt)
         trim(st.attempts, _ATTEMPTS)
         return found
@@ -389,7 +425,7 @@ class NoEffect(Detector):
             absent = self._absent(ctx, st, reading.observation)
             if absent is not None and (found is None or absent.severity is Severity.STOP):
                 found = absent
-        _learn(st, text)
+        _learn(st, reading.words)
         return found
 
     def _run(self, st: NoEffectState, attempt: Attempt) -> list[Attempt]:
@@ -476,7 +512,7 @@ class NoEffect(Detector):
 
     def _absent(self, ctx: Context, st: NoEffectState, observation: str) -> Finding | None:
         low = observation.lower()
-        if _ABSENT.search(low) is None:
+        if not any(stem in low for stem in _ABSENT_STEMS) or _ABSENT.search(low) is None:
             return None
         names: set[str] = set()
         for sentence in _SENTENCE_END.split(observation):
@@ -518,10 +554,11 @@ def _mark(marks: list[int], step: int) -> None:
     trim(marks, _MARKS)
 
 
-def _learn(st: NoEffectState, text: str) -> None:
-    """Add a text's words to the run's (hashed; the oldest fall out past 1,024)."""
+def _learn(st: NoEffectState, words: list[str]) -> None:
+    """Add a text's words (lower-cased) to the run's (hashed; the oldest fall out past
+    1,024)."""
     known = st.known
-    for word in set(_TOKEN.findall(text[:_LEARN_CHARS].lower())):
+    for word in set(words):
         wid = _word_id(word)
         if wid in known:
             continue

@@ -190,14 +190,16 @@ class RepeatedCall(Detector):
         if entry is None or not self._continues(ctx, entry, epoch):
             last = entry.result if entry is not None else None  # kept for the window count
             entry = Streak(epoch, last, ctx.step, rec.key)
-            # a scroll: a screen that partly moved is another screen, not the same one
-            entry.moves = moves_view(rec.name, ctx.event.args)
         else:
             entry.count += 1
             entry.steps.append(ctx.step)
             trim(entry.steps, _STEPS_MAX)
             if entry.key != rec.key:
                 entry.exact = False
+            if entry.count == 2:
+                # a scroll: a screen that partly moved is another screen, not the same
+                # one (asked at the first repeat: most calls never repeat)
+                entry.moves = moves_view(rec.name, ctx.event.args)
         streaks[norm] = entry  # re-insert: most recently used last
         if len(streaks) > _KEYS_MAX:
             del streaks[next(iter(streaks))]

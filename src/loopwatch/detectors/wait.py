@@ -151,6 +151,15 @@ class WaitBudget(Detector):
         entry = polls.pop(key, None)
         if entry is None or entry.result != result:
             entry = Waiting(result, ctx.step, now, st.waited)  # a new status: progress
+            for earlier in reversed(ctx.calls):
+                if earlier is not rec and earlier.norm == key:
+                    if earlier.result == result and earlier.rstep is not None:
+                        # the check before said the same: it was the first of them (a
+                        # status is read as one only when it repeats)
+                        entry.attempts = 2
+                        entry.start = earlier.rstep
+                        entry.steps = [earlier.rstep, ctx.step]
+                    break
         else:
             entry.attempts += 1
             entry.steps.append(ctx.step)
