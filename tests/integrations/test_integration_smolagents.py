@@ -116,10 +116,15 @@ def test_stop_raises_at_the_event_scan_reports_and_the_tool_stops_running(stream
     verdict = caught.value.verdict
     assert verdict.action == "stop" and "search" in str(caught.value)
     assert str(caught.value).startswith("[loopwatch] Run stopped")
-    # the defaults stop the 3rd identical call once the two before it returned the same
-    # result: two calls ran, the third was stopped before running
-    assert len(ran) == 2 and len(model.requests) == 3, "the 3rd identical call never ran"
+    # the defaults, on a short result ("18C cloudy"): two calls ran, the 3rd was told
+    # (skipped: the tool did not run, the model read why as its observation), the 4th,
+    # the agent persisting, stopped before running
+    assert len(ran) == 2 and len(model.requests) == 4, "the 3rd and 4th calls never ran"
+    told = model.requests[3][-1]
+    assert told.role == MessageRole.TOOL_RESPONSE and NOT_RUN in text_of(told)
+    assert "If you do it again, the run will be stopped." in text_of(told)
     report = scan(guard.events, config=guard.config)
+    assert guard.first("skip") == report.first_warn
     assert verdict.step == report.first_stop
     assert guard.events[verdict.step]["kind"] == "tool_call"
     assert guard.events[0] == {"kind": "user", "text": "Weather in Paris?"}
