@@ -130,7 +130,7 @@ def test_stop_ends_the_team_with_a_stop_reason_that_names_the_loop(stream: bool)
 
 
 def test_warning_is_the_last_message_of_the_next_request_only() -> None:
-    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs a warning
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     watch = LoopwatchAutogen(guard)
     client = Recording([*(call(i) for i in range(3)), "It is 18C and cloudy."])
@@ -154,7 +154,7 @@ def test_warning_is_the_last_message_of_the_next_request_only() -> None:
 
 
 def test_skip_answers_the_call_without_running_the_tool() -> None:
-    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs warnings
     guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     ran: list[str] = []
     watch = LoopwatchAutogen(guard)

@@ -170,7 +170,7 @@ def test_the_cli_transcript_scans_to_the_live_verdict() -> None:
 
 @pytest.mark.parametrize("mode", MODES[2:])
 def test_warning_reaches_the_model_once_after_the_tool_result(mode: str) -> None:
-    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs a warning
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     session = Session(calls_then_answer(3), guard=guard)
     session.run(mode)
@@ -190,7 +190,7 @@ def test_warning_reaches_the_model_once_after_the_tool_result(mode: str) -> None
 
 
 def test_skip_answers_the_call_without_running_the_tool() -> None:
-    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs warnings
     guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     session = Session(calls_then_answer(6), guard=guard)
     session.run()
@@ -296,7 +296,7 @@ def test_a_sub_agents_calls_name_it_and_its_loop_stops_the_session() -> None:
     assert [(s["type"], s["name"]) for s in spans] == [("agent", "researcher")]
     searches = [e for e in guard.events if e.get("name") == SEARCH]
     assert searches and all(e["agent"] == "researcher" for e in searches)
-    assert len(session.ran) == 2, "the defaults stop the sub-agent's 3rd identical search"
+    assert len(session.ran) == 2, "the defaults tell the sub-agent's 3rd search, stop its 4th"
 
 
 def test_passing_guard_and_keywords_is_refused() -> None:
@@ -324,4 +324,4 @@ def test_the_readme_snippet_runs_and_stops_the_loop(
             monkeypatch.setenv(name, value)
         _, out = run_snippet(readme_snippet("claude_agent_sdk"), web_search=web_search)
     assert out.startswith("[loopwatch] Run stopped") and "web_search" in out
-    assert len(ran) == 2, "the defaults stop the 3rd identical call"
+    assert len(ran) == 2, "the defaults tell the 3rd identical call and stop the 4th"

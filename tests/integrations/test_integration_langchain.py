@@ -151,7 +151,7 @@ def test_stop_ends_the_run_where_scan_says_and_the_tool_never_runs(mode: str) ->
 
 @pytest.mark.parametrize("mode", MODES)
 def test_warning_goes_into_the_next_request_only_after_the_tool_results(mode: str) -> None:
-    # the defaults stop the 3rd identical call outright; this test needs a warning first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs a warning
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     model = ScriptedChatModel(script=relentless)
     agent = create_agent(
@@ -182,7 +182,7 @@ def test_warning_goes_into_the_next_request_only_after_the_tool_results(mode: st
 
 @pytest.mark.parametrize("mode", MODES)
 def test_skip_returns_an_error_tool_message_instead_of_running_the_tool(mode: str) -> None:
-    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs warnings
     guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     model = ScriptedChatModel(script=loops_then_answers(6))
     counter = Counter()
@@ -353,7 +353,7 @@ def test_a_thread_continues_after_a_stop_with_a_valid_history() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_callback_handler_raises_before_the_tool_runs(mode: str) -> None:
-    # the defaults stop the 3rd identical call outright; this test needs warnings first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs warnings
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     handler = LoopwatchCallbackHandler(guard)
     counter = Counter()

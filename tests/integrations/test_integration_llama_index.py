@@ -144,7 +144,7 @@ def test_streamed_events_flow_until_the_stop() -> None:
 
 
 def test_warning_reaches_the_next_request_once_and_stays_out_of_the_memory() -> None:
-    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs a warning
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     ran: list[str] = []
     model = Scripted(loops_then_answers(3))
@@ -173,7 +173,7 @@ def test_warning_reaches_the_next_request_once_and_stays_out_of_the_memory() -> 
 
 
 def test_skip_answers_the_model_without_running_the_tool() -> None:
-    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs warnings
     guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     ran: list[str] = []
     model = Scripted(loops_then_answers(6))

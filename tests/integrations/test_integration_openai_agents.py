@@ -123,7 +123,7 @@ def test_stop_raises_at_the_event_scan_reports_and_the_tool_never_runs(mode: str
 
 @pytest.mark.parametrize("mode", MODES)
 def test_warning_is_the_last_input_item_of_the_next_call_only(mode: str) -> None:
-    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs a warning
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     watch, model, agent, _ = setup(guard, same_call(3))
     lw_run = watch.run()
@@ -143,7 +143,7 @@ def test_warning_is_the_last_input_item_of_the_next_call_only(mode: str) -> None
 
 @pytest.mark.parametrize("mode", MODES)
 def test_skip_rejects_the_call_without_running_the_tool(mode: str) -> None:
-    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs warnings
     guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     watch, model, agent, ran = setup(guard, same_call(6))
     lw_run = watch.run()
@@ -230,7 +230,7 @@ def test_run_config_is_extended_not_replaced() -> None:
         seen.append(len(data.model_data.input))
         return data.model_data
 
-    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs a warning
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     watch, model, agent, _ = setup(guard, same_call(3))
     base = RunConfig(

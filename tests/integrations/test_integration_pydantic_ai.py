@@ -172,7 +172,7 @@ def test_stop_raises_loop_detected_at_the_event_scan_reports(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_warning_reaches_the_next_request_only_after_the_tool_return(mode: str) -> None:
-    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs a warning
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     script = Script(3)
     agent = make_agent(guard, script, [])
@@ -196,7 +196,7 @@ def test_warning_reaches_the_next_request_only_after_the_tool_return(mode: str) 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_skip_answers_the_call_without_running_the_tool(mode: str) -> None:
-    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs warnings
     guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     ran: list[dict[str, Any]] = []
     script = Script(6)

@@ -105,7 +105,8 @@ def test_langchain_middleware_snippet() -> None:
     skipped = [
         m for m in ns["result"]["messages"] if isinstance(m, ToolMessage) and m.status == "error"
     ]
-    # two calls ran; the defaults skip the 3rd identical call and the one after it
+    # two calls ran; on_loop="skip" skips the 3rd identical call (to tell the agent) and
+    # the one after it (the agent persisting)
     assert [m.tool_call_id for m in skipped] == ["c2", "c3"]
     assert ns["result"]["messages"][-1].content == "18C, cloudy."
 

@@ -148,13 +148,13 @@ def test_code_agent_tools_are_watched_too() -> None:
 
     with pytest.raises(LoopDetected):
         agent.run("Weather in Paris?")
-    assert len(ran) == 2, "the defaults stop the 3rd identical call"
+    assert len(ran) == 2, "the defaults tell the 3rd identical call and stop the 4th"
     first = next(e for e in guard.events if e["kind"] == "tool_call")
     assert first["args"] == {"q": "paris weather"}
 
 
 def test_warning_reaches_the_next_request_once_and_leaves_the_memory() -> None:
-    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs a warning
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     ran: list[str] = []
     model = Scripted(loops_then_answers(3))
@@ -173,7 +173,7 @@ def test_warning_reaches_the_next_request_once_and_leaves_the_memory() -> None:
 
 
 def test_skip_answers_the_model_without_running_the_tool() -> None:
-    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs warnings
     guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     ran: list[str] = []
     model = Scripted(loops_then_answers(6))
@@ -268,7 +268,7 @@ def test_managed_agents_share_the_run_and_name_themselves() -> None:
         "text": "Find the weather in Paris.",
     }
     assert {e["agent"] for e in guard.events if e["kind"] == "tool_call"} == {"researcher"}
-    assert len(ran) == 2, "the defaults stop the researcher's 3rd identical search"
+    assert len(ran) == 2, "the defaults tell the researcher's 3rd identical search, stop its 4th"
 
 
 class Broken(Guard):

@@ -123,7 +123,7 @@ def test_stop_raises_loop_detected_at_the_event_scan_reports(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_warning_reaches_the_next_request_only_after_the_tool_results(mode: str) -> None:
-    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs a warning
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     model = ScriptedModel(calls_then_answer(3))
     agent = make_agent(guard, model, [])
@@ -143,7 +143,7 @@ def test_warning_reaches_the_next_request_only_after_the_tool_results(mode: str)
 
 @pytest.mark.parametrize("mode", MODES)
 def test_skip_answers_the_call_without_running_the_tool(mode: str) -> None:
-    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs warnings
     guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     ran: list[dict[str, Any]] = []
     model = ScriptedModel(calls_then_answer(6))
