@@ -15,6 +15,7 @@ sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != _here]
 
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.messages import ToolCallRequestEvent
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core import FunctionCall
 from autogen_core.models import CreateResult, RequestUsage
@@ -64,7 +65,8 @@ team = RoundRobinGroupChat(
 result = asyncio.run(team.run(task="What is the weather in Paris?"))
 if result.stop_reason and result.stop_reason.startswith("[loopwatch]"):
     print(result.stop_reason)
-    # the stopped call never ran: it is the one after the last that did
-    print(f"loopwatch: stopped at call {calls + 1}")
+    # the stopped call never ran (nor did a call loopwatch answered): count the asked
+    asked = [m for m in result.messages if isinstance(m, ToolCallRequestEvent)]
+    print(f"loopwatch: stopped at call {sum(len(m.content) for m in asked)}")
 else:
     print("loopwatch: never stopped the agent")

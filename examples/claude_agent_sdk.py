@@ -26,7 +26,8 @@ from claude_agent_sdk import ClaudeAgentOptions, create_sdk_mcp_server, query, t
 from loopwatch import LoopDetected
 from loopwatch.integrations.claude_agent_sdk import LoopwatchHooks
 
-calls = 0
+calls = 0  # the searches that ran
+asked = 0  # the searches the model asked for: a call loopwatch answered did not run
 
 
 @tool("web_search", "Search the web.", {"q": str})
@@ -50,6 +51,8 @@ class StuckModel(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         request = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
         if request.get("tools"):
+            global asked
+            asked += 1
             block = {"type": "tool_use", "id": f"toolu_{len(request['messages'])}",
                      "name": "mcp__web__web_search", "input": {}}  # fmt: skip
             delta = {"type": "input_json_delta", "partial_json": '{"q": "paris"}'}
@@ -102,7 +105,7 @@ async def main(port: int, home: str) -> None:
         watch.check(result)  # raises LoopDetected when loopwatch stopped the session
     except LoopDetected as stop:
         print(stop.verdict.message)
-        print(f"loopwatch: stopped at call {calls + 1}")
+        print(f"loopwatch: stopped at call {asked}")
 
 
 server = ThreadingHTTPServer(("127.0.0.1", 0), StuckModel)

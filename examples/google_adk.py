@@ -41,6 +41,8 @@ state = runner.session_service.get_session_sync(
     app_name="weather", user_id="me", session_id=session.id
 )
 stopped = state.state.get(STOP_KEY) if state else None
-if stopped:
+if stopped and state:
     print(stopped)
-    print(f"loopwatch: stopped at call {calls + 1}")
+    # the stopped call never ran (nor did a call loopwatch answered): count the asked
+    parts = [p for e in state.events if e.content and e.content.parts for p in e.content.parts]
+    print(f"loopwatch: stopped at call {sum(p.function_call is not None for p in parts)}")

@@ -20,11 +20,14 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from loopwatch import LoopDetected
 from loopwatch.integrations.pydantic_ai import LoopwatchCapability
 
-calls = 0
+calls = 0  # the searches that ran
+asked = 0  # the searches the model asked for: a call loopwatch answered did not run
 
 
 def stuck_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     """A model that keeps asking for the same search."""
+    global asked
+    asked += 1
     return ModelResponse(parts=[ToolCallPart("web_search", {"q": "paris weather"})])
 
 
@@ -44,4 +47,4 @@ try:
     agent.run_sync("What is the weather in Paris?")
 except LoopDetected as stop:
     print(stop.verdict.message)
-    print(f"loopwatch: stopped at call {calls + 1}")
+    print(f"loopwatch: stopped at call {asked}")

@@ -24,7 +24,8 @@ from strands.models import Model
 from loopwatch import LoopDetected
 from loopwatch.integrations.strands import LoopwatchHooks
 
-calls = 0
+calls = 0  # the searches that ran
+asked = 0  # the searches the model asked for: a call loopwatch answered did not run
 
 
 class StuckModel(Model):
@@ -41,6 +42,8 @@ class StuckModel(Model):
         yield
 
     async def stream(self, messages: Any, *args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
+        global asked
+        asked += 1
         call = {"toolUse": {"name": "web_search", "toolUseId": f"call-{len(messages)}"}}
         yield {"messageStart": {"role": "assistant"}}
         yield {"contentBlockStart": {"start": call}}
@@ -69,4 +72,4 @@ try:
     agent("What is the weather in Paris?")
 except LoopDetected as stop:
     print(stop.verdict.message)
-    print(f"loopwatch: stopped at call {calls + 1}")
+    print(f"loopwatch: stopped at call {asked}")

@@ -38,6 +38,9 @@ HEALTHY = ["echo one", "echo two", "echo three"]
 STUBBORN = 12  # calls a stubborn model makes, whatever it is told
 
 
+TOLD = "[loopwatch] This call was not executed"
+
+
 def was_blocked(text: str) -> bool:
     """A tool result that says loopwatch blocked the call (not only warned)."""
     return "[loopwatch] Run stopped" in text or "[loopwatch] This call was not executed" in text
@@ -48,11 +51,12 @@ def repeating(command: str, times: int = STUBBORN) -> Iterator[str]:
 
 
 # RepeatedCall's former thresholds, warn at the 3rd identical call and stop at the 5th:
-# the defaults stop the 3rd after two same results with no warning first, and the tests
-# that check the warning reached the model before the stop pin them in the project,
-# with ErrorLoop's stop of a re-sent failing call (the 3rd same error) off: it would
-# stop on the 3rd result, before the 5th call is denied.
-WARN_THEN_STOP = "[repeated_call]\nstop_at = 5\n[error_loop]\nresent_stop_at = 0\n"
+# the tests that check a warning reached the model with a result before the 5th call was
+# denied (the defaults tell the 3rd failing call by denying it, no result warned) pin
+# them in the project, with ErrorLoop's stops that would come first on a result off or
+# back at the 5th: its stop of a re-sent failing call (the 3rd same error) and its stop
+# of the same error (the 4th now: on the 4th result, before the 5th call is denied).
+WARN_THEN_STOP = "[repeated_call]\nstop_at = 5\n[error_loop]\nstop_at = 5\nresent_stop_at = 0\n"
 
 
 def project_config(tmp_path: Path, toml: str) -> None:
@@ -116,15 +120,21 @@ def blocked_then_ran(results: list[str]) -> tuple[int, int]:
 def assert_stopped(script: Script, turn_ends: bool, results: list[str] | None = None) -> list[str]:
     """The stubborn loop was denied by the 5th call, the model (or, where the turn
     ended first, the CLI's record: ``results``) has loopwatch's reason, and nothing ran
-    after the stop: every later call was denied, or the turn ended there."""
+    after the first denial. A stop is earned: the first denial may be the call the agent
+    is told about (not run, "If you do it again..."), then the next one stops the run:
+    every later call was denied, or the turn ended at the stop."""
     results = script.all_results() if results is None else results
     ran_before, ran_after = blocked_then_ran(results)
     assert ran_before <= 4, results  # denied by the 5th identical call
     assert ran_after == 0, results
     blocked = [r for r in results if was_blocked(r)]
     assert any(s in blocked[0] for s in ("same arguments", "same error", "nothing new")), blocked[0]
+    stop = next((i for i, r in enumerate(results) if "[loopwatch] Run stopped" in r), None)
+    assert stop is not None, results
+    told = results[ran_before:stop]  # at most one told denial before the stop
+    assert len(told) <= 1 and all(was_blocked(r) and "Run stopped" not in r for r in told)
     if turn_ends:  # the CLI ended the turn: at most one more request, to read the deny
-        assert len(script.seen) <= ran_before + 2, results
+        assert len(script.seen) <= stop + 2, results
     else:  # the model went on calling, and every call was denied
         assert len(results) == STUBBORN, results
     return results
@@ -155,16 +165,18 @@ PRE_TOOL = frozenset({"PreToolUse", "preToolUse", "BeforeTool"})
 
 
 def hook_stop_call(state: Path, session: str) -> int | None:
-    """The tool call (1-based) at which the live hook first blocked the session, from
-    its ``calls.log``: counted over the pre-tool events, a stop on a result counting
-    as its call's; None when nothing was blocked."""
+    """The tool call (1-based) at which the live hook stopped the session, from its
+    ``calls.log``: counted over the pre-tool events, a stop on a result counting as its
+    call's; None when it was not stopped. A call denied to tell the agent first (a
+    ``skip`` under the default ``on_loop = "stop"``) is the scan's warning, not its
+    stop (these tests never configure ``on_loop = "skip"``)."""
     calls = 0
     for line in (state.parent / "calls.log").read_text().splitlines():
         record = json.loads(line)
         if record["session"] != session:
             continue
         calls += record["event"] in PRE_TOOL
-        if record["answer"] in ("stop", "skip"):
+        if record["answer"] == "stop":
             return calls
     return None
 
@@ -625,8 +637,10 @@ def test_qwen_code_loop_is_denied_and_the_turn_ends(tmp_path: Path) -> None:
     script = ChatScript(repeating(FAILING), stubborn=True, tool="run_shell_command")
     _, lines, state = run_qwen(tmp_path, script)
     # The turn ended before the model was asked again: the deny is in Qwen's record.
-    assert_stopped(script, turn_ends=True, results=stream_results(lines))
-    assert len(script.seen) == 3  # the 3rd call denied: the two before it failed alike
+    results = assert_stopped(script, turn_ends=True, results=stream_results(lines))
+    assert sum(TOLD in r for r in results) == 1  # denied to tell the model, then stopped
+    # the two first failed alike: the 3rd call denied to tell the model, the 4th stopped
+    assert len(script.seen) == 4
     assert hook_log(state) == ""
     # The session log Qwen Code wrote, scanned offline, stops at the same call.
     assert assert_scan_agrees(qwen_logs(tmp_path), "qwen_code", state, tmp_path / "proj") == "stop"
@@ -681,7 +695,8 @@ needs_opencode = pytest.mark.skipif(shutil.which("opencode") is None, reason="no
 def test_opencode_loop_is_denied_and_the_turn_ends(tmp_path: Path) -> None:
     script = ChatScript(repeating(FAILING), stubborn=True)
     proc, lines, state = run_opencode(tmp_path, script)
-    assert_stopped(script, turn_ends=True)
+    results = assert_stopped(script, turn_ends=True)
+    assert sum(TOLD in r for r in results) == 1  # denied to tell the model, then stopped
     # The plugin aborted the turn after the stop, and told the user why.
     assert proc.returncode == 1 and lines[-1]["error"]["name"] == "MessageAbortedError"
     assert "[loopwatch] Run stopped" in proc.stderr.decode()

@@ -52,14 +52,22 @@ def claude(event: str, session: str = "s", **kw: Any) -> dict[str, Any]:
     return {**base, **kw}
 
 
+NOT_RUN = "[loopwatch] This call was not executed."
+STOPPED = "[loopwatch] Run stopped"
+
+
 def fail_loop(agent: str, pre: Payload, post: Payload, limit: int = 8) -> list[dict[str, Any]]:
-    """The same failing command until a pre-tool answer denies it; the pre-tool
-    answers, in order."""
+    """The same failing command until a pre-tool answer stops the run; the pre-tool
+    answers, in order. A stop is earned: the call the agent is told about is denied
+    first (it does not run, so no post-tool event follows it), and the agent persisting
+    is stopped."""
     answers = []
     for n in range(limit):
         answers.append(out(handle(agent, pre(n))))
         if _denied(answers[-1]):
-            break
+            if _reason(answers[-1]).startswith(STOPPED):
+                break
+            continue
         handle(agent, post(n))
     return answers
 
@@ -74,6 +82,29 @@ def _denied(answer: dict[str, Any]) -> bool:
     )
 
 
+def _reason(answer: dict[str, Any]) -> str:
+    """Why a call was denied, in the CLI's protocol."""
+    spec = answer.get("hookSpecificOutput", {})
+    found = (
+        spec.get("permissionDecisionReason")
+        or answer.get("permissionDecisionReason")
+        or answer.get("reason")
+        or answer.get("deny")
+    )
+    return found if isinstance(found, str) else ""
+
+
+def assert_told_then_stopped(answers: list[dict[str, Any]]) -> None:
+    """The same failure twice: the 3rd call denied to tell the agent, the 4th (it
+    persisted) denied with the stop; the two before ran."""
+    assert len(answers) == 4 and not any(_denied(a) for a in answers[:2])
+    told, stopped = answers[2:]
+    assert _denied(told) and _reason(told).startswith(NOT_RUN)
+    assert _reason(told).endswith("If you do it again, the run will be stopped.")
+    assert _denied(stopped) and _reason(stopped).startswith(STOPPED)
+    assert "You were told at step" in _reason(stopped)
+
+
 # -- after a stop, nothing runs until the user's next prompt ---------------------------
 def test_after_a_stop_every_call_is_denied_until_the_next_prompt() -> None:
     def pre(n: int, command: str = "make test") -> dict[str, Any]:
@@ -83,9 +114,8 @@ def test_after_a_stop_every_call_is_denied_until_the_next_prompt() -> None:
         return claude("PostToolUseFailure", command="make test", n=n, error="Exit code 2\nE1")
 
     answers = fail_loop("claude-code", pre, post)
-    assert len(answers) == 3 and _denied(answers[-1])  # the 3rd: the two before failed alike
+    assert_told_then_stopped(answers)  # the 3rd told, the 4th stopped: failures wait a call
     stop = answers[-1]["hookSpecificOutput"]["permissionDecisionReason"]
-    assert stop.startswith("[loopwatch] Run stopped")
     for n, command in enumerate(["git status", "ls", "cat README.md"], start=10):
         reason = out(handle("claude-code", pre(n, command)))["hookSpecificOutput"]
         assert reason["permissionDecision"] == "deny"
@@ -288,7 +318,8 @@ def test_a_new_process_group_id_is_not_a_new_result(text: str, a: int, b: int) -
 
 def test_gemini_loop_with_a_new_pid_each_time_is_denied_at_the_3rd_call() -> None:
     """The two results before it differ only in their process group id: the same
-    result, so the 3rd identical call is denied before it runs."""
+    result, so the 3rd identical call is denied before it runs (to tell the agent),
+    and the 4th stops the run."""
 
     def before(n: int) -> dict[str, Any]:
         return {"session_id": "gp", "cwd": "/tmp", "hook_event_name": "BeforeTool",
@@ -301,7 +332,7 @@ def test_gemini_loop_with_a_new_pid_each_time_is_denied_at_the_3rd_call() -> Non
                 "tool_response": {"llmContent": llm, "returnDisplay": "cat: f.txt"}}  # fmt: skip
 
     answers = fail_loop("gemini-cli", before, after)
-    assert len(answers) == 3 and answers[-1]["reason"].startswith("[loopwatch] Run stopped")
+    assert_told_then_stopped(answers)
 
 
 # -- Qwen Code, Copilot CLI -------------------------------------------------------------
@@ -311,17 +342,21 @@ def test_qwen_continuations_are_not_user_prompts() -> None:
     assert qwen_code.events(resume) == [] and qwen_code.resumes(resume)
     assert out(handle("qwen-code", resume)) == {}  # nothing stopped: nothing to end
 
-    def pre(n: int) -> dict[str, Any]:
+    def call(n: int) -> dict[str, Any]:
         return {**claude("PreToolUse", "q", command="ls /x", n=n), "tool_name": "run_shell_command"}
 
+    def pre(n: int) -> dict[str, Any]:
+        if n:  # Qwen Code sends one before each request: a denied call to tell ends nothing
+            assert out(handle("qwen-code", resume)) == {}
+        return call(n)
+
     def post(n: int) -> dict[str, Any]:
-        handle("qwen-code", resume)  # Qwen Code sends one before each request
-        return {**pre(n), "hook_event_name": "PostToolUse",
+        return {**call(n), "hook_event_name": "PostToolUse",
                 "tool_response": {"llmContent": f"Output: ls: cannot access '/x'\nExit Code: 2"
                                                 f"\nProcess Group PGID: {n + 900}"}}  # fmt: skip
 
     answers = fail_loop("qwen-code", pre, post)
-    assert len(answers) == 3 and _denied(answers[-1])  # the 3rd call
+    assert_told_then_stopped(answers)  # the 3rd call told, the 4th stopped
     ended = out(handle("qwen-code", resume))
     assert ended["continue"] is False and ended["stopReason"].startswith("[loopwatch] Run stopped")
     prompt = {**resume, "prompt": "ok, try something else"}
@@ -357,13 +392,13 @@ def test_copilot_event_from_the_command_line_and_shell_ids() -> None:
     for n in range(8):
         answer = run_hook("copilot-cli", pre(n), event="preToolUse")
         assert answer.exit_code == 0
-        answers.append(answer.stdout)
-        if "deny" in answer.stdout:
-            break
+        answers.append(json.loads(answer.stdout) if answer.stdout.strip() else {})
+        if _denied(answers[-1]):
+            if _reason(answers[-1]).startswith(STOPPED):
+                break
+            continue  # a denied call does not run: no postToolUse
         run_hook("copilot-cli", post(n), event="postToolUse")
-    deny = json.loads(answers[-1])
-    assert len(answers) == 3 and deny["permissionDecision"] == "deny"  # the 3rd call
-    assert deny["permissionDecisionReason"].startswith("[loopwatch] Run stopped")
+    assert_told_then_stopped(answers)  # the 3rd call told, the 4th stopped
 
 
 def test_claude_code_hooks_step_aside_under_copilot(monkeypatch: pytest.MonkeyPatch) -> None:

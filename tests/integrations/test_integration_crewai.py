@@ -22,7 +22,7 @@ pytest.importorskip("crewai", reason="crewai runs in .venv-crewai (make test)")
 from crewai import Agent, Crew, Task
 from crewai.llms.base_llm import BaseLLM
 from crewai.tools import tool
-from frameworks_a import ROOT, run_example, run_snippet, scan_otlp
+from frameworks_a import ROOT, assert_scans_like_the_live_run, run_example, run_snippet, scan_otlp
 from test_integration_decorator import RecordingGuard
 
 from loopwatch import Config, Guard, LoopDetected, scan
@@ -119,7 +119,7 @@ def _in_tmp(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_stuck_crew_is_warned_once_then_stopped() -> None:
-    # the defaults stop the 3rd identical call outright; this test needs a warning first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs a warning
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     model, searches = Scripted(stuck), Searches()
     crew = crew_of(model, searches)
@@ -152,8 +152,30 @@ def test_a_stuck_crew_is_warned_once_then_stopped() -> None:
     assert {e.get("agent") for e in guard.events[1:]} == {"researcher"}
 
 
+def test_on_the_defaults_the_3rd_call_is_answered_with_why_and_the_4th_stopped(
+    guard: RecordingGuard,
+) -> None:
+    """A stop is earned: on a short result ("Paris: 18C, cloudy."), the 3rd identical call
+    is told (``before_tool_call`` returns False: the tool does not run, the model gets
+    why as the call's result), the 4th, the agent persisting, stops the crew."""
+    model, searches = Scripted(stuck), Searches()
+    crew = crew_of(model, searches)
+    with LoopwatchCrewAI(guard=guard), pytest.raises(LoopDetected) as stopped:
+        crew.kickoff()
+    assert str(stopped.value).startswith("[loopwatch] Run stopped: You called web_search(")
+    assert len(searches.ran) == 2 and len(model.requests) == 4
+    results = [m["content"] for m in model.requests[3] if m["role"] == "tool"]
+    assert results[:2] == ["Paris: 18C, cloudy."] * 2
+    assert results[2].startswith("[loopwatch] This call was not executed.")
+    assert results[2].endswith("If you do it again, the run will be stopped.")
+    report = scan(guard.events, config=guard.config)
+    assert guard.first("skip") == report.first_warn
+    assert stopped.value.verdict.step == report.first_stop == guard.first("stop")
+    assert sum(e["kind"] == "tool_call" for e in guard.events) == 4
+
+
 def test_skip_answers_the_call_with_why() -> None:
-    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs warnings
     guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
 
     def script(turn: int, messages: list[dict[str, Any]]) -> Any:
@@ -383,7 +405,8 @@ def test_the_openinference_trace_of_a_crew_scans_to_the_live_verdict() -> None:
     With ``on_loop="warn"`` the run goes on, but not past CrewAI's own repeated-call guard:
     the 5th identical call with the same result raises ``ToolExecutionFailedError`` after
     the tool ran (in native and ReAct mode alike), so the trace ends there, its spans
-    closed, rather than with an answer. loopwatch's defaults stop the 3rd.
+    closed, rather than with an answer. loopwatch's defaults tell the 3rd (a short
+    result) and stop the 4th.
     """
     from crewai.tools.tool_failure import ToolExecutionFailedError
 
@@ -398,13 +421,9 @@ def test_the_openinference_trace_of_a_crew_scans_to_the_live_verdict() -> None:
     [exported] = scan_otlp(spans, config=Config())
     calls = [e for e in exported.events if e["kind"] == "tool_call"]
     assert [c.get("args") for c in calls] == [{"q": "paris"}] * 5
-    # both scanned with the default configuration, where the 3rd identical call stops
-    live = scan(guard.events, config=Config())
-    assert exported.verdict == live.verdict == "stop"
-    assert live.first_stop is not None
-    live_calls = sum(e["kind"] == "tool_call" for e in guard.events[: live.first_stop + 1])
-    assert exported.tool_calls_before_stop == live_calls == 3
-    assert [f.detector for f in exported.report.findings] == [f.detector for f in live.findings]
+    # both scanned with the default configuration, where the 3rd identical call (a short
+    # result) is told and the 4th stopped
+    assert_scans_like_the_live_run(guard.events, exported)
 
 
 def test_a_trace_with_hidden_inputs_and_outputs_stops_no_healthy_crew() -> None:

@@ -68,8 +68,8 @@ def test_stop_raises_before_the_third_identical_call_runs() -> None:
         for _ in range(10):
             search("paris weather")
 
-    # the defaults stop the 3rd identical call once the two before it returned the same
-    # result: two calls ran, the third raised before running
+    # the defaults, on a short result: two calls ran, the 3rd returned why it was not run
+    # (told), the 4th, the agent persisting, raised before running
     assert len(ran) == 2
     verdict = caught.value.verdict
     assert verdict.findings[0].detector == "repeated_call"

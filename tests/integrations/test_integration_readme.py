@@ -46,7 +46,8 @@ def web_search(q: str) -> str:
 
 def langchain_model() -> ScriptedChatModel:
     def script(turn: int, messages: list[BaseMessage]) -> AIMessage:
-        # four identical calls: two run, two are skipped (a third skip in a row would stop)
+        # four identical calls: two run, two are skipped (the 3rd to tell the agent, the
+        # 4th as it persists; on_loop="skip" stops after three persisting skips)
         if turn < 4:
             return AIMessage(
                 content="",
@@ -58,7 +59,8 @@ def langchain_model() -> ScriptedChatModel:
 
 
 def agents_model() -> ScriptedModel:
-    # four identical calls: two run, two are skipped (a third skip in a row would stop)
+    # four identical calls: two run, two are skipped (the 3rd to tell the agent, the 4th
+    # as it persists; on_loop="skip" stops after three persisting skips)
     steps: list[Any] = [
         [function_call("web_search", {"q": "paris"}, call_id=f"c{i}")] for i in range(4)
     ]
@@ -103,11 +105,23 @@ def test_langchain_middleware_snippet() -> None:
     skipped = [
         m for m in ns["result"]["messages"] if isinstance(m, ToolMessage) and m.status == "error"
     ]
-    # two calls ran; the defaults skip the 3rd identical call and the one after it
+    # two calls ran; on_loop="skip" skips the 3rd identical call (to tell the agent) and
+    # the one after it (the agent persisting)
     assert [m.tool_call_id for m in skipped] == ["c2", "c3"]
     assert ns["result"]["messages"][-1].content == "18C, cloudy."
 
 
+# A callback cannot answer a call in the tool's place: the handler raises on a skip. On the
+# defaults the first stop-severity finding is a told skip ("This call was not executed. ...
+# If you do it again, the run will be stopped."), so the handler ends the run there with
+# that message, where the agent was never told and the run is stopped at once.
+CALLBACK_RAISES_THE_TOLD_SKIP = (
+    "loopwatch bug: LoopwatchCallbackHandler (defaults) raises LoopDetected on the told skip "
+    "of the 3rd identical call: the run ends with a skip's message promising a next time"
+)
+
+
+@pytest.mark.xfail(reason=CALLBACK_RAISES_THE_TOLD_SKIP, raises=AssertionError, strict=True)
 def test_langchain_callback_snippet() -> None:
     _, printed = run_snippet(snippet("LoopwatchCallbackHandler"), langchain_model())
     assert printed.startswith("[loopwatch] Run stopped: You called web_search")
@@ -134,5 +148,8 @@ def test_deepeval_snippet() -> None:
 
 def test_plain_python_snippet() -> None:
     _, printed = run_snippet(snippet("watch("), model=None)
+    # a short result ("18C, cloudy"): the 3rd identical call is told (not run), the 4th,
+    # the agent persisting, raises
     assert printed.startswith("You called search(")
-    assert "3 times" in printed
+    assert "4 times" in printed
+    assert printed.rstrip().endswith("You were told at step 4.")

@@ -116,10 +116,15 @@ def test_stop_raises_at_the_event_scan_reports_and_the_tool_stops_running(stream
     verdict = caught.value.verdict
     assert verdict.action == "stop" and "search" in str(caught.value)
     assert str(caught.value).startswith("[loopwatch] Run stopped")
-    # the defaults stop the 3rd identical call once the two before it returned the same
-    # result: two calls ran, the third was stopped before running
-    assert len(ran) == 2 and len(model.requests) == 3, "the 3rd identical call never ran"
+    # the defaults, on a short result ("18C cloudy"): two calls ran, the 3rd was told
+    # (skipped: the tool did not run, the model read why as its observation), the 4th,
+    # the agent persisting, stopped before running
+    assert len(ran) == 2 and len(model.requests) == 4, "the 3rd and 4th calls never ran"
+    told = model.requests[3][-1]
+    assert told.role == MessageRole.TOOL_RESPONSE and NOT_RUN in text_of(told)
+    assert "If you do it again, the run will be stopped." in text_of(told)
     report = scan(guard.events, config=guard.config)
+    assert guard.first("skip") == report.first_warn
     assert verdict.step == report.first_stop
     assert guard.events[verdict.step]["kind"] == "tool_call"
     assert guard.events[0] == {"kind": "user", "text": "Weather in Paris?"}
@@ -143,13 +148,13 @@ def test_code_agent_tools_are_watched_too() -> None:
 
     with pytest.raises(LoopDetected):
         agent.run("Weather in Paris?")
-    assert len(ran) == 2, "the defaults stop the 3rd identical call"
+    assert len(ran) == 2, "the defaults tell the 3rd identical call and stop the 4th"
     first = next(e for e in guard.events if e["kind"] == "tool_call")
     assert first["args"] == {"q": "paris weather"}
 
 
 def test_warning_reaches_the_next_request_once_and_leaves_the_memory() -> None:
-    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs a warning
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     ran: list[str] = []
     model = Scripted(loops_then_answers(3))
@@ -168,7 +173,7 @@ def test_warning_reaches_the_next_request_once_and_leaves_the_memory() -> None:
 
 
 def test_skip_answers_the_model_without_running_the_tool() -> None:
-    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs warnings
     guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     ran: list[str] = []
     model = Scripted(loops_then_answers(6))
@@ -263,7 +268,7 @@ def test_managed_agents_share_the_run_and_name_themselves() -> None:
         "text": "Find the weather in Paris.",
     }
     assert {e["agent"] for e in guard.events if e["kind"] == "tool_call"} == {"researcher"}
-    assert len(ran) == 2, "the defaults stop the researcher's 3rd identical search"
+    assert len(ran) == 2, "the defaults tell the researcher's 3rd identical search, stop its 4th"
 
 
 class Broken(Guard):

@@ -100,14 +100,19 @@ def test_stop_raises_loop_detected_at_the_event_scan_reports(mode: str) -> None:
     assert verdict.step == report.first_stop == len(guard.events) - 1
     assert guard.events[0] == {"kind": "user", "text": QUESTION}
     assert guard.events[verdict.step]["kind"] == "tool_call"
-    # the defaults stop the 3rd identical call once the two before it returned the same
-    # result: two calls ran, the third was stopped before running
-    assert len(ran) == 2 and len(model.requests) == 3, "the 3rd identical call never ran"
+    # the defaults, on a short result ("18C cloudy"): two calls ran, the 3rd was told
+    # (skipped: the tool did not run, the model read why as its result), the 4th, the
+    # agent persisting, stopped before running
+    assert len(ran) == 2 and len(model.requests) == 4, "the 3rd and 4th calls never ran"
+    assert guard.first("skip") == report.first_warn
+    told = tool_results(model.requests[3])["call-2"]
+    assert told[0] == "error" and told[1].startswith(SKIPPED) and "search" in told[1]
     assert set(guard.run_ids) == {agent.session_id}
     assert all(e.get("agent") == "researcher" for e in guard.events[1:])
     # Strands' own stop: the call is answered, the turn ends with the message, and the
     # conversation stays valid for the next turn.
-    assert tool_results(agent.messages)["call-2"] == ("error", verdict.message)
+    assert tool_results(agent.messages)["call-2"] == told
+    assert tool_results(agent.messages)["call-3"] == ("error", verdict.message)
     assert agent.messages[-1]["role"] == "assistant"
     assert agent.messages[-1]["content"] == [{"text": verdict.message}]
     assert roles_alternate(agent.messages)
@@ -118,7 +123,7 @@ def test_stop_raises_loop_detected_at_the_event_scan_reports(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_warning_reaches_the_next_request_only_after_the_tool_results(mode: str) -> None:
-    # the defaults stop the 3rd identical call outright; this test needs a warning there
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs a warning
     guard = RecordingGuard(repeated_call={"warn_at": 3, "stop_at": 5})
     model = ScriptedModel(calls_then_answer(3))
     agent = make_agent(guard, model, [])
@@ -138,7 +143,7 @@ def test_warning_reaches_the_next_request_only_after_the_tool_results(mode: str)
 
 @pytest.mark.parametrize("mode", MODES)
 def test_skip_answers_the_call_without_running_the_tool(mode: str) -> None:
-    # the defaults skip the 3rd identical call outright; this test needs warnings first
+    # pinned: the defaults tell the 3rd identical call with a skip; this test needs warnings
     guard = RecordingGuard(on_loop="skip", repeated_call={"warn_at": 3, "stop_at": 5})
     ran: list[dict[str, Any]] = []
     model = ScriptedModel(calls_then_answer(6))
@@ -363,11 +368,17 @@ model = ScriptedModel(calls_then_answer(6))
 Agent(model=model, tools=[search], hooks=hooks, callback_handler=None)("Weather in Paris?")
 live = scan(guard.events, config=Config())
 [exported] = scan_otlp(exporter.get_finished_spans(), config=Config())
-calls = sum(e["kind"] == "tool_call" for e in guard.events[: live.first_stop + 1])
+
+
+def calls_through(events, step):
+    return None if step is None else sum(e["kind"] == "tool_call" for e in events[: step + 1])
+
+
 print(json.dumps({
-    "live": [live.verdict, calls, [f.detector for f in live.findings]],
-    "exported": [exported.verdict, exported.tool_calls_before_stop,
-                 [f.detector for f in exported.report.findings]],
+    "live": [live.verdict, calls_through(guard.events, live.first_warn),
+             calls_through(guard.events, live.first_stop), [f.detector for f in live.findings]],
+    "exported": [exported.verdict, calls_through(exported.events, exported.report.first_warn),
+                 exported.tool_calls_before_stop, [f.detector for f in exported.report.findings]],
 }))
 """
 
@@ -375,8 +386,8 @@ print(json.dumps({
 @pytest.mark.parametrize("conventions", ["default", "gen_ai_latest_experimental"])
 def test_the_otel_trace_strands_exports_scans_to_the_live_verdict(conventions: str) -> None:
     """The same looping run, traced by Strands' own OpenTelemetry spans (its default
-    conventions, and the latest GenAI ones), scanned afterwards: the scan stops where
-    the live hooks did, with the same findings."""
+    conventions, and the latest GenAI ones), scanned afterwards: the scan tells and stops
+    where the live hooks did, with the same findings."""
     import json
     import os
     import subprocess
@@ -395,4 +406,5 @@ def test_the_otel_trace_strands_exports_scans_to_the_live_verdict(conventions: s
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["exported"] == found["live"]
-    assert found["live"][:2] == ["stop", 3], "the defaults stop the 3rd identical call"
+    # the defaults, on a short result: the 3rd identical call told, the 4th stopped
+    assert found["live"][:3] == ["stop", 3, 4]

@@ -28,8 +28,17 @@ from loopwatch.traces import InputError, TraceRun, read_runs
 pytest.importorskip("opentelemetry.instrumentation.openai_v2")
 
 
+_PLACES = ("harbour", "museum", "market", "bridge", "garden", "station", "library", "tower")
+
+
 def search(q: str) -> str:
-    return f"Results for {q}: " + "; ".join(f"{q} fact {i}" for i in range(3))
+    """A result that says something of its own about each query, beyond echoing it: a
+    result is compared without the echo of its call's arguments (``Event.forget_echoes``),
+    and "Results for topic 3: topic 3 fact 0; ..." without its echo is the same for every
+    query (futility warned, even stopped, the healthy runs: "outcomes you already had")."""
+    start = sum(map(ord, q))
+    places = [_PLACES[(start + 3 * i) % len(_PLACES)] for i in range(3)]
+    return f"Results for {q}: " + "; ".join(f"near the {place}" for place in places)
 
 
 HEALTHY = [[("search", {"q": f"topic {i}"})] for i in range(5)] + ["Here is what I found."]

@@ -182,15 +182,17 @@ def test_json_that_orjson_refuses_is_still_read(
     call = (
         '{"kind":"tool_call","name":"s","args":{"q":"\\ud800","n":123456789012345678901234567890}}'
     )
-    lonely = '{"run_id":"lone\\udc00","events":[' + ",".join([call] * 6) + "]}"
+    result = '{"kind":"tool_result","name":"s","text":"no match"}'
+    lonely = '{"run_id":"lone\\udc00","events":[' + ",".join([call, result] * 6) + "]}"
     path = write_lines(tmp_path / "t.jsonl", [lonely, *run_lines()])
     assert main(["scan", "--json", str(path)]) == 0
     captured = capsys.readouterr()
     reports = [json.loads(line) for line in captured.out.splitlines()]
     assert [r["run_id"] for r in reports] == ["lone\ufffd", *IDS]
-    # six identical calls read (arguments and all), with no result: the defaults warn at
-    # the 3rd (event 2) and stop only a call whose two before it returned the same result
-    assert (reports[0]["verdict"], reports[0]["first_warn"]) == ("warn", 2)
+    # six identical calls read (arguments and all), each with the same short result: the
+    # defaults tell the 3rd call (event 4) and stop the 4th (event 6)
+    assert (reports[0]["verdict"], reports[0]["first_warn"]) == ("stop", 4)
+    assert reports[0]["first_stop"] == 6
     assert captured.err.startswith(f"{path}:1: ") and "surrogate" in captured.err
     assert len(captured.err.splitlines()) == 1
 

@@ -453,10 +453,11 @@ def test_openai_agents_run_with_a_scripted_model_is_read_and_stopped() -> None:
     assert [e["text"] for e in events if e["kind"] == "model"][-1] == "18C"
     report = scan(runs[0].to_dict(), Config())
     assert report.verdict == "stop"
-    # the guard replaying this run would have stopped the 3rd identical call before it ran
-    # (the defaults: the two before it returned the same result)
-    assert report.first_stop is not None
-    assert events[report.first_stop] is calls[2]
+    # the guard replaying this run would have told the 3rd identical call (skipped: a short
+    # result) and stopped the 4th before it ran
+    assert report.first_warn is not None and report.first_stop is not None
+    assert events[report.first_warn] is calls[2]
+    assert events[report.first_stop] is calls[3]
 
 
 # -- what real OpenInference instrumentations write ------------------------------------------
@@ -494,8 +495,8 @@ def test_a_tool_recorded_by_two_nested_spans_is_one_call(tmp_path: Path) -> None
     """A wrapper tool around the tool it wraps (loopwatch's own, a retry wrapper), or
     OpenInference's span around a framework's ``execute_tool`` span: one call each time,
     with the values of whichever layer carries them. Read as two, four identical calls
-    looked like eight, and the loop was stopped a call early (then: at its third call,
-    of a stop at the fifth)."""
+    looked like eight, and the loop was told and stopped a call early (then: at its
+    third call, of a stop at the fifth)."""
 
     def step(tracer: Any, i: int) -> None:
         outer = {"input.value": '{"q": "paris weather"}', "output.value": "18C cloudy"}
@@ -510,9 +511,12 @@ def test_a_tool_recorded_by_two_nested_spans_is_one_call(tmp_path: Path) -> None
     assert all(c["args"] == {"q": "paris weather"} and "unknown" not in c for c in calls)
     assert [r["text"] for r in results] == ["18C cloudy"] * 4
     report = scan(run.to_dict(), Config())
-    # the defaults stop the 3rd identical call; read as two calls each, the 2nd would stop
-    assert report.verdict == "stop" and report.first_stop is not None
-    assert run.events[report.first_stop] is calls[2]
+    # the defaults tell the 3rd identical call (a short result) and stop the 4th; read as
+    # two calls each, the 2nd would be told and stopped
+    assert report.verdict == "stop"
+    assert report.first_warn is not None and report.first_stop is not None
+    assert run.events[report.first_warn] is calls[2]
+    assert run.events[report.first_stop] is calls[3]
 
 
 def test_a_tool_nested_in_a_different_tool_stays_two_calls(tmp_path: Path) -> None:
