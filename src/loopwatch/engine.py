@@ -41,8 +41,12 @@ _PENDING_MAX: Final = 64
 
 
 _RESULTS_SEEN_MAX: Final = 64  # result / user-input fingerprints remembered per run
-# What every answer of loopwatch's starts with (policy.NOT_RUN, "[loopwatch] Run stopped")
+# What every answer of loopwatch's starts with (policy.NOT_RUN, "[loopwatch] Run stopped"),
+# and how far into a result it is looked for: an agent may wrap the answer it was handed
+# (Claude Code records a denied call as "PreToolUse:<tool> hook error: [loopwatch] ...",
+# an MCP tool name included, well under 200 characters).
 _OWN_ANSWER: Final = "[loopwatch] "
+_OWN_ANSWER_WITHIN: Final = 200
 
 
 def new_state() -> RunState:
@@ -142,7 +146,7 @@ class Engine:
                 event.id is None and reflection_tool(event.name)
             ):
                 return []
-            if event.text.startswith(_OWN_ANSWER):
+            if event.text.find(_OWN_ANSWER, 0, _OWN_ANSWER_WITHIN) >= 0:
                 # loopwatch's own answer in place of the tool's (a call skipped, a run
                 # stopped), as an adapter hands it to the model and a trace records it:
                 # the tool did not run, and the guard that answered never saw a result

@@ -90,6 +90,30 @@ def test_on_loop_skip_blocks_the_call_then_escalates_to_stop() -> None:
     assert blocked.should_skip and "not executed" in (blocked.message or "")
 
 
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        "{message}",
+        # Claude Code's transcript of a call its PreToolUse hook denied
+        "PreToolUse:mcp__web__web_search hook error: {message}",
+    ],
+)
+def test_loopwatchs_own_answer_recorded_as_the_result_is_not_the_tools(recorded: str) -> None:
+    """A trace records the told call's answer where the tool's result would be: read
+    back, it is not a new result that ends the streak, so the scan stops where the live
+    guard did."""
+    live, replayed = Guard(Config()), Guard(Config())
+    for event in [SEARCH, RESULT, SEARCH, RESULT]:
+        live.observe("r", event)
+        replayed.observe("r", event)
+    told = live.observe("r", SEARCH)
+    assert told.should_skip and replayed.observe("r", SEARCH).should_skip
+    answer = {"kind": "tool_result", "name": "web_search", "error": True}
+    answer["text"] = recorded.format(message=told.message)
+    assert replayed.observe("r", answer).action == "ok"
+    assert replayed.observe("r", SEARCH).should_stop
+
+
 def test_on_loop_warn_never_blocks() -> None:
     guard = Guard(Config(), on_loop="warn")
     assert "stop" not in loop(guard, times=8)

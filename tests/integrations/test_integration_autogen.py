@@ -118,6 +118,8 @@ def test_stop_ends_the_team_with_a_stop_reason_that_names_the_loop(stream: bool)
     outputs = [e.content[0].content for e in executions]
     assert outputs[:2] == ["18C cloudy"] * 2 and len(outputs) == 4
     assert outputs[2].startswith(NOT_RUN) and "search" in outputs[2]
+    told_once = [sum(NOT_RUN in str(m.content) for m in r) for r in client.requests]
+    assert told_once[-1] == 1, "the model read why once, as the call's result"
     assert outputs[3] == result.stop_reason, "the stopped call got its result"
     report = scan(guard.events, config=guard.config)
     assert guard.first("skip") == report.first_warn

@@ -105,6 +105,7 @@ def test_stop_raises_at_the_event_scan_reports_and_the_tool_stops_running(stream
     assert len(ran) == 2 and len(model.requests) == 4, "the 3rd and 4th calls never ran"
     told = [m for m in model.requests[3] if m.role == "tool"][-1]
     assert (told.content or "").startswith(NOT_RUN) and "search" in (told.content or "")
+    assert sum(NOT_RUN in str(m.content) for m in model.requests[3]) == 1, "told once"
     report = scan(guard.events, config=guard.config)
     assert guard.first("skip") == report.first_warn
     assert verdict.step == report.first_stop
@@ -358,26 +359,13 @@ def test_attach_refuses_what_is_not_an_agent() -> None:
 # and stopped at the 3rd call; a short one ("18C cloudy") is told at the 3rd call and stopped
 # at the 4th (it may be a hiccup).
 DETAILED = "Paris: 18C, cloudy, wind 10 km/h from the north-west, humidity 71%."
-READ_AS_TOOL_OUTPUT_JSON = (
-    "loopwatch bug: the OTLP reader takes a LlamaIndex tool span's output.value, the "
-    'ToolOutput JSON ({"blocks": [...], "raw_output": "18C cloudy", "is_error": ...}), '
-    "as the result: a short result reads as a detailed one, so the export is told and "
-    "stopped one call before the live guard (3rd call, not 4th)"
-)
 
 
 @pytest.mark.parametrize(
     ("first_page", "told_at_call", "stopped_at_call"),
     [
         (DETAILED, 2, 3),
-        pytest.param(
-            "18C cloudy",
-            3,
-            4,
-            marks=pytest.mark.xfail(
-                reason=READ_AS_TOOL_OUTPUT_JSON, raises=AssertionError, strict=True
-            ),
-        ),
+        ("18C cloudy", 3, 4),
     ],
     ids=["detailed", "short"],
 )

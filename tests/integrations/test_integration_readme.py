@@ -111,17 +111,9 @@ def test_langchain_middleware_snippet() -> None:
     assert ns["result"]["messages"][-1].content == "18C, cloudy."
 
 
-# A callback cannot answer a call in the tool's place: the handler raises on a skip. On the
-# defaults the first stop-severity finding is a told skip ("This call was not executed. ...
-# If you do it again, the run will be stopped."), so the handler ends the run there with
-# that message, where the agent was never told and the run is stopped at once.
-CALLBACK_RAISES_THE_TOLD_SKIP = (
-    "loopwatch bug: LoopwatchCallbackHandler (defaults) raises LoopDetected on the told skip "
-    "of the 3rd identical call: the run ends with a skip's message promising a next time"
-)
-
-
-@pytest.mark.xfail(reason=CALLBACK_RAISES_THE_TOLD_SKIP, raises=AssertionError, strict=True)
+# A callback cannot answer a call in the tool's place: the handler raises on a skip that
+# blocks. On the defaults the 3rd identical call is a told skip (a warning here, the call
+# runs) and the 4th is the stop the run ends with.
 def test_langchain_callback_snippet() -> None:
     _, printed = run_snippet(snippet("LoopwatchCallbackHandler"), langchain_model())
     assert printed.startswith("[loopwatch] Run stopped: You called web_search")

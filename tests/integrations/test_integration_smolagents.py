@@ -123,6 +123,8 @@ def test_stop_raises_at_the_event_scan_reports_and_the_tool_stops_running(stream
     told = model.requests[3][-1]
     assert told.role == MessageRole.TOOL_RESPONSE and NOT_RUN in text_of(told)
     assert "If you do it again, the run will be stopped." in text_of(told)
+    told_once = sum(text_of(m).count(NOT_RUN) for m in model.requests[3])
+    assert told_once == 1, "the model read why once, as the call's observation"
     report = scan(guard.events, config=guard.config)
     assert guard.first("skip") == report.first_warn
     assert verdict.step == report.first_stop

@@ -15,6 +15,7 @@ from conftest import load_scenarios
 
 from loopwatch import Config, scan
 from loopwatch.traces import FORMATS, InputError, TraceRun, detect, read_runs
+from loopwatch.traces._common import tool_output
 from loopwatch.traces.otlp import OtlpReader
 from loopwatch.traces.sniff import read_path
 
@@ -634,3 +635,29 @@ def test_bound_python_arguments_read_as_the_calls_arguments(recorded: Any, args:
     from loopwatch.traces._common import call_input
 
     assert call_input(json.dumps(recorded)) == args
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        # LlamaIndex's ToolOutput as OpenInference records it (output.value, JSON)
+        (
+            '{"blocks":[{"block_type":"text","text":"18C cloudy"}],"tool_name":"search",'
+            '"raw_input":{"args":[],"kwargs":{"q":"paris"}},"raw_output":"18C cloudy",'
+            '"is_error":false}',
+            ("18C cloudy", False),
+        ),
+        (
+            {"blocks": [], "tool_name": "run", "raw_output": "exit 1", "is_error": True},
+            ("exit 1", True),
+        ),
+        # a result that merely looks like JSON is the result itself
+        ('{"raw_output": "x"}', None),
+        ("18C cloudy", None),
+        ({"temperature": 18}, None),
+    ],
+)
+def test_a_frameworks_whole_tool_output_is_read_as_what_the_model_got(
+    value: Any, expected: tuple[str, bool] | None
+) -> None:
+    assert tool_output(value) == expected

@@ -1,9 +1,10 @@
 """LangChain / LangGraph through callbacks: ``LoopwatchCallbackHandler`` observes any
 LangChain or LangGraph app (a chain, a graph, ``create_agent``) without changing it.
 
-A callback cannot rewrite a request or a tool result, so ``skip`` and ``stop`` both
-raise :class:`~loopwatch.LoopDetected` before the tool runs, and warnings are logged
-and kept on the handler. For agents built with ``create_agent``, the middleware in
+A callback cannot rewrite a request or a tool result, so a ``stop`` (and a ``skip`` of
+a loop the agent was already told about) raises :class:`~loopwatch.LoopDetected`
+before the tool runs; warnings, and the skip that tells, are logged and kept on the
+handler. For agents built with ``create_agent``, the middleware in
 :mod:`loopwatch.integrations.langchain` can do more (skip a call, warn the model).
 """
 
@@ -46,9 +47,10 @@ class LoopwatchCallbackHandler(BaseCallbackHandler):
     """Observes any LangChain / LangGraph app through callbacks.
 
     ``raise_error = True`` makes LangChain propagate :class:`LoopDetected` from
-    ``on_tool_start``, so a ``stop`` (or ``skip``: a callback cannot replace a tool's
-    result, so not running it means raising) ends the run before the tool runs.
-    Warnings are logged and kept in :attr:`warnings`.
+    ``on_tool_start``, so a ``stop`` (or a ``skip`` that blocks: a callback cannot
+    replace a tool's result, so not running it means raising) ends the run before the
+    tool runs. Warnings, and the skip that only tells, are logged and kept in
+    :attr:`warnings`.
 
     The run id is ``run_id=`` if given, else the LangGraph ``thread_id`` from the
     callback metadata, else the id of the outermost LangChain run.
@@ -88,7 +90,12 @@ class LoopwatchCallbackHandler(BaseCallbackHandler):
             return root
 
     def _handle(self, verdict: Verdict, *, before_tool: bool) -> None:
-        if verdict.action is Action.STOP or (before_tool and verdict.action is Action.SKIP):
+        # A told skip (the agent has not been warned yet) is a warning here: a callback
+        # cannot answer the call in the tool's place, and raising would stop the run
+        # with a message that promises a next time.
+        if verdict.action is Action.STOP or (
+            before_tool and verdict.action is Action.SKIP and self.guard.policy.blocks(verdict)
+        ):
             raise LoopDetected(verdict)
         if verdict.action is not Action.OK:
             self.warnings.append(verdict)

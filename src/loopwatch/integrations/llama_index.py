@@ -167,7 +167,7 @@ class LoopwatchLlamaIndex:
                 self._stopped.setdefault(run, verdict)
                 while len(self._stopped) > _STOPPED_MAX:
                     self._stopped.popitem(last=False)
-        elif verdict.action is not Action.OK:
+        elif verdict.action is Action.WARN:  # a skip's message is the call's result
             self.pending.add(run, verdict.message)
         return verdict
 

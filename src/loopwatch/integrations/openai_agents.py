@@ -219,7 +219,7 @@ class LoopwatchRunHooks(RunHooks[Any]):
             self.owner.pending.discard(self.run_id)
             if self.stopped is None:
                 self.stopped = verdict
-        elif verdict.action is not Action.OK:
+        elif verdict.action is Action.WARN:  # a skip's message is the call's result
             self.owner.pending.add(self.run_id, verdict.message)
         return verdict
 

@@ -197,7 +197,7 @@ class LoopwatchSmolagents:
     def _react(self, run: str, info: _Agent, verdict: Verdict) -> None:
         if verdict.action is Action.STOP:
             self._stopped.setdefault(run, verdict)
-        elif verdict.action is not Action.OK:
+        elif verdict.action is Action.WARN:  # a skip's message is the call's result
             self.pending.add(f"{run}\x00{info.name}", verdict.message)
 
     def _call(self, agent: Any, tool: Tool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -37,6 +37,7 @@ __all__ = [
     "number",
     "output_text_and_calls",
     "parse_time",
+    "tool_output",
 ]
 
 Item = TraceRun | InputError
@@ -146,6 +147,35 @@ def parse_time(value: Any) -> float | None:
 ToolCall = dict[str, Any]  # {"name", "args", "id"}
 _TEXT_PART_TYPES = frozenset({"text", "output_text", "input_text"})
 _CALL_PART_TYPES = frozenset({"tool_call", "function_call", "tool_use"})
+
+
+# The keys of a tool's whole output object as LlamaIndex serialises it (``ToolOutput``:
+# ``blocks``, ``tool_name``, ``raw_input``, ``raw_output``, ``is_error``), which the
+# OpenInference instrumentor records as a tool span's ``output.value``.
+_TOOL_OUTPUT_KEYS = frozenset({"blocks", "tool_name", "raw_output", "is_error"})
+
+
+def tool_output(value: Any) -> tuple[str, bool] | None:
+    """The text a model was handed and whether the tool failed, when ``value`` is a
+    framework's whole tool-output object rather than the result itself; else None.
+
+    Reading the object as the result would make every result look long and detailed
+    (its tool name and arguments are in it), so a short answer ("18C cloudy") would
+    be taken for a detailed one and a failure for a success."""
+    if isinstance(value, str):
+        if not value.startswith("{") or '"raw_output"' not in value:
+            return None
+        value = maybe_json(value)
+    if not isinstance(value, Mapping) or not value.keys() >= _TOOL_OUTPUT_KEYS:
+        return None
+    blocks = value.get("blocks")
+    texts = (
+        [b["text"] for b in blocks if isinstance(b, Mapping) and isinstance(b.get("text"), str)]
+        if isinstance(blocks, list)
+        else []
+    )
+    text = "\n".join(texts) if texts else as_text(value.get("raw_output"))
+    return text, value.get("is_error") is True
 
 
 def output_text_and_calls(value: Any) -> tuple[str, list[ToolCall]]:

@@ -82,6 +82,7 @@ from ._common import (
     number,
     orphan_error,
     output_text_and_calls,
+    tool_output,
 )
 from .base import InputError, TraceRun
 from .otlp_decode import _Bad, _decode_span, _get, _Span, _spans_of
@@ -863,6 +864,8 @@ def _tool_result(
     if result is None:
         _count(missing, "tool_results")
         _unknown(res, "text")
+    elif (whole := tool_output(result)) is not None:
+        res["text"], failed = whole[0], failed or whole[1]
     else:
         res["text"] = as_text(maybe_json(result)) if not isinstance(result, str) else result
     if failed:
