@@ -274,6 +274,57 @@ def test_different_answers_are_a_conversation() -> None:
     assert report.verdict == "ok", report.to_dict()
 
 
+ASKS_AGAIN = [
+    "Could you please provide your reservation ID so I can look up your booking?",
+    "To change the flight, may I have the booking reference number?",
+    "I need your reservation code to go on with the change. Could you share it?",
+    "Please let me know your confirmation number so I can find the reservation.",
+    "Without the reservation identifier I cannot continue. Can you provide it?",
+    "Could you send me the reservation ID when you have it?",
+]
+DEFERS = [
+    "I don't have it handy right now.",
+    "Can we do it without it? I'm not sure where it is.",
+    "Hmm. Can't you just look it up?",
+    "I'd rather not look for it now.",
+    "Maybe later.",
+    "Not right now.",
+]
+
+
+def test_asking_the_user_again_in_new_words_while_they_defer_is_a_loop() -> None:
+    """No two of these replies share a run of words: each asks in new words for the
+    reservation the user never gives. Told at the 4th ask, stopped at the 5th."""
+    report = scan(run(talk(ASKS_AGAIN, DEFERS)), Config())
+    assert (report.first_warn, report.first_stop) == (10, 12)
+    stop = next(f for f in report.findings if f.severity.value == "stop")
+    assert (
+        stop.detector == "restated_reply" and "asked the user for the same thing 5" in stop.message
+    )
+    assert "You were told at step 10" in stop.message
+
+
+def test_asking_for_one_thing_after_another_is_a_conversation() -> None:
+    asks = [
+        "Could you provide the date you want to fly?",
+        "Which cabin class would you like: basic economy, economy or business?",
+        "How many passengers will travel?",
+        "Which payment method should I use: the gift card or the credit card on file?",
+        "Do you want to add travel insurance for 30 dollars per passenger?",
+        "Would you like a window or an aisle seat?",
+    ]
+    answers = ["Next Friday", "Economy", "Two", "The credit card", "No", "Window"]
+    report = scan(run(talk(asks, answers)), Config())
+    assert report.verdict == "ok", report.to_dict()
+
+
+def test_a_user_who_gives_what_was_asked_restarts_the_asking() -> None:
+    users = list(DEFERS)
+    users[2] = "Found it: XEWRD9."
+    report = scan(run(talk(ASKS_AGAIN, users)), Config())
+    assert report.first_stop is None
+
+
 def test_messages_to_another_agent_are_not_replies() -> None:
     events: Events = [{"kind": "user", "text": "Go"}]
     for refusal in REFUSALS:

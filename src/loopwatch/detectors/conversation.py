@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final, final
 
 import xxhash
@@ -41,6 +42,37 @@ _FILLER: Final = frozenset(
     ]
 )  # fmt: skip
 _HASH_MASK: Final = 0xFFFFF  # 20 bits per word: a run of 4 colliding by chance is ~1e-24
+# A sentence of a reply that asks the user for something: a question, or a request.
+_SENTENCES: Final = re.compile(r"[.!?]\s+|\n")
+_ASKS: Final = re.compile(
+    r"\b(?:please (?:provide|share|send|confirm|let me know|tell me)|i (?:will )?need your)\b"
+)
+# The words of asking itself, which two different requests share ("could you provide
+# the dates?", "could you provide the cabin class?"): what is asked for is the rest.
+_ASKING: Final = frozenset(
+    [
+        "provide", "share", "send", "confirm", "tell", "give", "want", "specify", "clarify",
+        "verify", "check", "kindly", "mind", "lets", "details", "detail", "information",
+        "info", "okay", "ok",
+    ]
+)  # fmt: skip
+_ASKED_MAX: Final = 24  # words of what a reply asks for, kept until the next reply
+
+
+def _asked_for(text: str) -> list[int]:
+    """What a reply asks the user for, as word fingerprints: the content words of its
+    questions and requests, and of the sentence before each ("Without the reservation
+    number I cannot go on. Can you provide it?"); none when it asks nothing."""
+    asked: set[int] = set()
+    sentences = _SENTENCES.split(text)
+    for i, sentence in enumerate(sentences):
+        if "?" not in sentence and _ASKS.search(sentence.lower()) is None:
+            continue
+        for part in (sentences[i - 1], sentence) if i else (sentence,):
+            for word in split_words(part):
+                if word not in _FILLER and word not in _ASKING and len(word) >= 2:
+                    asked.add(xxhash.xxh32_intdigest(word.encode("utf-8", "surrogatepass")))
+    return sorted(asked)[:_ASKED_MAX]
 
 
 def _tokens(text: str) -> list[int]:
@@ -79,7 +111,9 @@ def _shared_content(a: list[int], b: list[int], min_run: int) -> int:
 class ReplyState(DetectorState):
     """The agent's recent replies to the user and how many restated an earlier one."""
 
-    __slots__ = ("acted", "count", "pending", "replies", "start", "steps")
+    __slots__ = (
+        "acted", "asked", "asks", "asks_start", "count", "pending", "replies", "start", "steps",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.acted = False  # the agent made a tool call since the user's last turn
@@ -90,24 +124,40 @@ class ReplyState(DetectorState):
         self.count = 0  # replies that restated an earlier one since the last progress
         self.start = -1  # event index of the first of them
         self.steps: list[int] = []  # evidence: the restating replies and user turns
+        self.asked: list[int] = []  # what the last reply asked the user for (fingerprints)
+        self.asks = 0  # replies in a row asking for what the one before asked for
+        self.asks_start = -1  # event index of the first of them
 
     def dump(self) -> Any:
         # the reply awaiting the user's turn is the one text this state keeps: redacted
         # when the state is written, not on every model output (most never become a
         # reply); _judge reads it redacted too, so a round trip changes nothing
         pending = None if self.pending is None else redact(self.pending)
-        return [self.acted, self.count, pending, self.replies, self.start, self.steps]
+        return [
+            self.acted,
+            self.count,
+            pending,
+            self.replies,
+            self.start,
+            self.steps,
+            self.asked,
+            self.asks,
+            self.asks_start,
+        ]
 
     @classmethod
     def load(cls, data: Any) -> ReplyState:
         st = cls()
-        st.acted, st.count, st.pending, st.replies, st.start, st.steps = data
+        st.acted, st.count, st.pending, st.replies, st.start, st.steps, *asking = data
+        st.asked, st.asks, st.asks_start = asking
         return st
 
     def restart(self) -> None:
         self.replies = []
         self.count = 0
         self.steps = []
+        self.asked = []
+        self.asks = 0
 
 
 class RestatedReply(Detector):
@@ -125,6 +175,14 @@ class RestatedReply(Detector):
     existing reservation"); two replies that only share "if you have any other
     questions, feel free to reach out" do not restate each other.
 
+    Asking again is counted apart, with the same thresholds: a reply that asks the
+    user (a question, "please provide ...") for what the reply before asked for, in
+    new words ("your reservation ID", "the booking reference", "your confirmation
+    number"): a content word of the two requests in common, the words of asking
+    ("provide", "confirm", "details") left out so that a form filled one question at
+    a time ("the date?", "the cabin class?", "how many passengers?") is not asking
+    again.
+
     Progress restarts the count: a tool result not seen before (the agent looked
     something up, a change went through), or a user turn that brings something
     specific (an id, a code, a number: RunState.news_step). A user who defers,
@@ -139,7 +197,7 @@ class RestatedReply(Detector):
     last one (a chat answering each question from the same forecast); the call
     detectors judge that turn.
 
-    Defaults: warn at the 2nd restating reply, stop at the 4th; a restatement shares
+    Defaults: warn at the 3rd restating reply, stop at the 4th; a restatement shares
     at least 2 content words in runs of 4 words or more. Measured with
     ``benchmarks/quality.py`` on the corpus's customer-service runs (tau-bench, 103
     hand-labelled conversations: 8 of the 12 loops are talk without calls):
@@ -155,7 +213,15 @@ class RestatedReply(Detector):
     ========================  ============  =====================  ===============
 
     The runs stopped at the 3rd and not the 4th are customers re-asking a question
-    the agent answers each time, ending satisfied (labelled not loops).
+    the agent answers each time, ending satisfied (labelled not loops). Warning at the
+    2nd restatement warns 11 of the 90 not-a-loop conversations (5 at the 3rd) and
+    stops no loop more.
+
+    Asking again, measured the same way: in the 90 not-a-loop conversations an agent
+    asks again at most twice in a row (5 runs; 30 once), so the warning (the 3rd time)
+    and the stop (the 4th) reach none of them; of the 12 loops, one asks again 3 times
+    (stopped as a restatement already). No other source of the corpus has a reply
+    that asks again: their agents talk to tools or to other agents.
     """
 
     name = "restated_reply"
@@ -198,7 +264,7 @@ class RestatedReply(Detector):
         reply, st.pending = st.pending, None
         acted, st.acted = st.acted, False
         finding = None if reply is None else self._judge(ctx, st, redact(reply), acted)
-        if ctx.state.news_step == ctx.step and st.replies:
+        if ctx.state.news_step == ctx.step and (st.replies or st.asked):
             st.restart()
         return finding
 
@@ -213,7 +279,8 @@ class RestatedReply(Detector):
         st.replies.append(reply)
         trim(st.replies, _REPLIES_MAX)
         if not restates:
-            return None
+            return self._asks_again(ctx, st, text, acted)
+        st.asked = _asked_for(text)
         st.count += 1
         if st.count == 1:
             st.start = ctx.step
@@ -235,4 +302,38 @@ class RestatedReply(Detector):
             f"You have told the user the same thing {st.count + 1} times with nothing new "
             f"in between (latest: {preview(text, 80)!r}). {action}",
             f"reply@{st.start}",
+        )
+
+    def _asks_again(self, ctx: Context, st: ReplyState, text: str, acted: bool) -> Finding | None:
+        """A reply asking the user, in new words, for what the reply before asked for
+        (a content word of its questions in common), the user having brought nothing
+        new in between: the same thresholds as a restatement, counted apart."""
+        asked = _asked_for(text)  # a reply after a lookup may be asked again too
+        again = not acted and bool(asked) and not set(asked).isdisjoint(st.asked)
+        st.asked = asked
+        if not again:
+            st.asks = 0
+            return None
+        st.asks += 1
+        if st.asks == 1:
+            st.asks_start = ctx.step
+        if not st.steps or st.steps[-1] != ctx.step:
+            st.steps.append(ctx.step)
+            trim(st.steps, _STEPS_MAX)
+        severity = severity_for(st.asks, self.warn_at, self.stop_at)
+        if severity is None:
+            return None
+        action = (
+            "Go on with what the user did give, or offer another way."
+            if severity is Severity.WARN
+            else "The user is not giving it: stop asking; go on without it, hand over, or end it."
+        )
+        return Finding(
+            self.name,
+            severity,
+            ctx.step,
+            tuple(st.steps),
+            f"You have asked the user for the same thing {st.asks + 1} times and they have "
+            f"not given it (latest: {preview(text, 80)!r}). {action}",
+            f"ask@{st.asks_start}",
         )
