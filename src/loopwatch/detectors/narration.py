@@ -556,9 +556,11 @@ def _mark(marks: list[int], step: int) -> None:
 
 def _learn(st: NoEffectState, words: list[str]) -> None:
     """Add a text's words (lower-cased) to the run's (hashed; the oldest fall out past
-    1,024)."""
+    1,024), in the order the text has them: a set's order changes with each process's
+    string hashing, and the vocabulary, first in first out, must be the same on every
+    worker that reads the run's state."""
     known = st.known
-    for word in set(words):
+    for word in dict.fromkeys(words):
         wid = _word_id(word)
         if wid in known:
             continue
