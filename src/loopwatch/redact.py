@@ -119,7 +119,9 @@ _RULES: Final[tuple[tuple[Pattern[str], tuple[str, ...]], ...]] = tuple(
             _A,
             ("akia", "asia", "abia", "acca", "a3t"),
         ),
-        (r"\bAIza(?P<s>[\w-]{35})", _A, ("aiza",)),
+        # 35 characters or more: the rest of a longer run is redacted with it, so that
+        # what follows cannot read as a new secret once "[redacted]" stands before it
+        (r"\bAIza(?P<s>[\w-]{35,})", _A, ("aiza",)),
         # a JSON web token (header.payload.signature), or its start at the end of a text
         (r"\b(?P<s>eyJ[\w-]{4,}(?:\.[\w-]{4,}(?:\.[\w-]*)?|\Z))", _A, ("eyj",)),
         # user:password@ in a URL

@@ -15,7 +15,7 @@ import string
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from loopwatch import Config, ConfigError, Guard
@@ -265,6 +265,8 @@ def test_every_rule_needs_a_trigger_at_or_before_its_secret(text: str) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(_TEXTS)
+# a key run on into a word that names another kind of secret once the key is redacted
+@example("json?key=AIzaHNFclRPzQjSE-FztWudKIU5_IIPSkRtd3qZwhsec_pass")
 def test_redacting_twice_is_redacting_once(text: str) -> None:
     once = r.redact(text)
     assert r.redact(once) == once
