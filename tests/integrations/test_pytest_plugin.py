@@ -65,7 +65,10 @@ def only_repeated_call(warn_at: int = 2, stop_at: int = 3, on_loop: str = "warn"
 
 
 @pytest.fixture
-def inner(pytester: pytest.Pytester) -> pytest.Pytester:
+def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    # the inner sessions run in this process: the guard an earlier test's unwatched
+    # @watch call created (with the configuration of its folder) must not be shared
+    monkeypatch.setattr("loopwatch.integrations.decorator._default_guard", None)
     pytester.makepyfile(agentkit=AGENTKIT)
     pytester.syspathinsert()
     return pytester
