@@ -284,23 +284,16 @@ class RestatedReply(Detector):
         st.count += 1
         if st.count == 1:
             st.start = ctx.step
-        st.steps.append(ctx.step)
-        trim(st.steps, _STEPS_MAX)
-        severity = severity_for(st.count, self.warn_at, self.stop_at)
-        if severity is None:
-            return None
-        action = (
-            "Answer what the user asks, act on what you were told, or offer another way."
-            if severity is Severity.WARN
-            else "The conversation is going round: stop repeating it; hand over, act, or end it."
-        )
-        return Finding(
-            self.name,
-            severity,
-            ctx.step,
-            tuple(st.steps),
+        return self._finding(
+            ctx,
+            st,
+            st.count,
             f"You have told the user the same thing {st.count + 1} times with nothing new "
-            f"in between (latest: {preview(text, 80)!r}). {action}",
+            f"in between (latest: {preview(text, 80)!r}).",
+            (
+                "Answer what the user asks, act on what you were told, or offer another way.",
+                "The conversation is going round: stop repeating it; hand over, act, or end it.",
+            ),
             f"reply@{st.start}",
         )
 
@@ -317,23 +310,35 @@ class RestatedReply(Detector):
         st.asks += 1
         if st.asks == 1:
             st.asks_start = ctx.step
+        return self._finding(
+            ctx,
+            st,
+            st.asks,
+            f"You have asked the user for the same thing {st.asks + 1} times and they have "
+            f"not given it (latest: {preview(text, 80)!r}).",
+            (
+                "Go on with what the user did give, or offer another way.",
+                "The user is not giving it: stop asking; go on without it, hand over, or end it.",
+            ),
+            f"ask@{st.asks_start}",
+        )
+
+    def _finding(
+        self,
+        ctx: Context,
+        st: ReplyState,
+        count: int,
+        said: str,
+        actions: tuple[str, str],
+        pattern: str,
+    ) -> Finding | None:
+        """Note the user turn as evidence; the finding ``count`` calls for, if any
+        (``actions``: what to do instead, when warned and when stopped)."""
         if not st.steps or st.steps[-1] != ctx.step:
             st.steps.append(ctx.step)
             trim(st.steps, _STEPS_MAX)
-        severity = severity_for(st.asks, self.warn_at, self.stop_at)
+        severity = severity_for(count, self.warn_at, self.stop_at)
         if severity is None:
             return None
-        action = (
-            "Go on with what the user did give, or offer another way."
-            if severity is Severity.WARN
-            else "The user is not giving it: stop asking; go on without it, hand over, or end it."
-        )
-        return Finding(
-            self.name,
-            severity,
-            ctx.step,
-            tuple(st.steps),
-            f"You have asked the user for the same thing {st.asks + 1} times and they have "
-            f"not given it (latest: {preview(text, 80)!r}). {action}",
-            f"ask@{st.asks_start}",
-        )
+        action = actions[0] if severity is Severity.WARN else actions[1]
+        return Finding(self.name, severity, ctx.step, tuple(st.steps), f"{said} {action}", pattern)
