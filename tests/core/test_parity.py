@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 from conftest import load_scenarios
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_redact import CASES
 
@@ -87,8 +87,15 @@ runs = st.lists(events(), max_size=80)
 on_loops = st.sampled_from(["stop", "skip", "warn"])
 
 
+_SEARCH = {"kind": "tool_call", "name": "search", "args": {"q": "paris"}}
+_FETCH = {"kind": "tool_call", "name": "fetch", "args": {"q": "paris"}}
+_FETCHED = {"kind": "tool_result", "name": "fetch", "text": "18C", "error": False}
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(run_events=runs, on_loop=on_loops)
+# a told skip (found by hypothesis): the warning, not the stop, in both
+@example(run_events=[_SEARCH] * 4 + [_FETCH, _FETCH, _FETCHED, _FETCHED, _FETCH], on_loop="stop")
 def test_scan_equals_guard_replay(run_events: list[dict[str, Any]], on_loop: str) -> None:
     config = Config.from_mapping({"on_loop": on_loop})
     report = scan({"run_id": "r", "events": run_events}, config)
@@ -101,7 +108,10 @@ def test_scan_equals_guard_replay(run_events: list[dict[str, Any]], on_loop: str
         findings.extend(verdict.findings)
         if verdict.action != "ok" and first_warn is None:
             first_warn = step
-        if verdict.action in ("stop", "skip") and first_stop is None:
+        # a skip blocks when a detector is sure; the skip that tells the agent first
+        # (its findings all warnings) is the warning, in the scan as in the guard
+        sure = any(f.severity.value == "stop" for f in verdict.findings)
+        if first_stop is None and (verdict.action == "stop" or (verdict.action == "skip" and sure)):
             first_stop = step
     # The report lists each (detector, pattern, severity) once, at its first report,
     # with how many times the guard reported it and when last.
