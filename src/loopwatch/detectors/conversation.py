@@ -63,6 +63,10 @@ def _asked_for(text: str) -> list[int]:
     """What a reply asks the user for, as word fingerprints: the content words of its
     questions and requests, and of the sentence before each ("Without the reservation
     number I cannot go on. Can you provide it?"); none when it asks nothing."""
+    if "?" not in text:
+        low = text.lower()
+        if "please" not in low and "need your" not in low:
+            return []  # most replies ask nothing: one pass over the text tells
     asked: set[int] = set()
     sentences = _SENTENCES.split(text)
     for i, sentence in enumerate(sentences):
