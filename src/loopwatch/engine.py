@@ -257,7 +257,6 @@ _ECHO_ARGS_BYTES: Final = 600
 _ECHO_VALUES: Final = 3
 _ECHO_CHARS: Final = 200
 _ECHO_NODES: Final = 64
-_ECHO_ID: Final = 6  # a call id shorter than this is a counter, not an id
 _ASKS_MAX: Final = 8
 _SPEC_MASK: Final = 0xFFFFF  # 20 bits a specific: a chance collision among 8 is ~1e-5
 _WORD_EDGES: Final = ".,;:!?()[]{}<>\"'`"
@@ -364,14 +363,8 @@ def _record_result(state: RunState, event: Event, step: int) -> CallRecord | Non
                     break
     if rec is None:
         return None
-    echoes = rec.echo
-    ident = event.id
-    if ident is not None and len(ident) >= _ECHO_ID and ident in event.text:
-        digest = echo_digest(ident)  # a result that quotes its call's id
-        if digest is not None:
-            echoes = [*echoes, digest]
-    if echoes:
-        event.forget_echoes(echoes)
+    if rec.echo or event.id is not None:
+        event.forget_echoes(rec.echo, event.id)
         rec.echo = []
     rec.result = event.result_key
     rec.rstep = step

@@ -137,6 +137,22 @@ def event_time(extra: dict[str, Any] | None) -> float | None:
     return None
 
 
+def _signature(text: str, error: bool, coarse: bool) -> str:
+    """:func:`outcome_signature` of a text, cached by its exact text and the flags: a
+    looping agent gets the same text again and again."""
+    if len(text) > 2 * _TEXT_BUDGET:  # the signature reads only the ends anyway
+        text = text[:_TEXT_BUDGET] + " " + text[-_TEXT_BUDGET:]
+    tag = "C" if coarse else "E" if error else "O"
+    raw = tag + _hexdigest(text.encode(_UTF8, _LONE))
+    key = _OUTCOME_CACHE.get(raw)
+    if key is None:
+        key = outcome_signature(text, error, coarse)
+        if len(_OUTCOME_CACHE) >= _NORM_CACHE_MAX:
+            _OUTCOME_CACHE.clear()
+        _OUTCOME_CACHE[raw] = key
+    return key
+
+
 def _float(value: Any) -> float:
     try:
         return float(value) if value is not None else 0.0
@@ -408,17 +424,24 @@ class Event:
             self._result_key = key
         return key
 
-    def forget_echoes(self, echoes: list[list[Any]]) -> None:
+    def forget_echoes(self, echoes: list[list[Any]], ident: str | None = None) -> None:
         """Key this result as if it did not quote its request: a result that echoes its
         call's arguments or id ("Could not find [famous bhavageete by Arun Date]",
         "call_8f2a: done") would otherwise differ from the same answer to a reworded
         call only by the echo. ``echoes`` are :func:`echo_digest` of the values (a value
-        is never kept whole, it may hold a secret). The text itself is kept (messages
-        quote it as it was); only the result and outcome keys are made without the
-        echoed values."""
-        if not self.text_known or not echoes:
+        is never kept whole, it may hold a secret); ``ident`` is the call's id. Both are
+        looked for in the result's first 400 characters. The text itself is kept
+        (messages quote it as it was); only the result and outcome keys are made
+        without the echoed values."""
+        if not self.text_known:
             return
         text = self.text
+        if ident is not None and text.find(ident, 0, _ECHO_WITHIN) >= 0:
+            digest = echo_digest(ident)  # None for a short id: a counter, not an id
+            if digest is not None:
+                echoes = [*echoes, digest]
+        if not echoes:
+            return
         found = False
         for prefix, length, digest in echoes:
             at = text.find(prefix, 0, _ECHO_WITHIN)
@@ -447,17 +470,7 @@ class Event:
             if not self.text_known:
                 key = self._outcome_key = ("E" if self.error else "?") + _never_equal()[1:]
                 return key
-            text = self.text
-            if len(text) > 2 * _TEXT_BUDGET:  # the signature reads only the ends anyway
-                text = text[:_TEXT_BUDGET] + " " + text[-_TEXT_BUDGET:]
-            raw = ("E" if self.error else "O") + _hexdigest(text.encode(_UTF8, _LONE))
-            key = _OUTCOME_CACHE.get(raw)
-            if key is None:
-                key = outcome_signature(text, self.error)
-                if len(_OUTCOME_CACHE) >= _NORM_CACHE_MAX:
-                    _OUTCOME_CACHE.clear()
-                _OUTCOME_CACHE[raw] = key
-            self._outcome_key = key
+            key = self._outcome_key = _signature(self.text, self.error, False)
         return key
 
     @property
@@ -468,17 +481,7 @@ class Event:
         rejection again and again."""
         if not self.text_known:
             return self.result_key
-        text = self.text
-        if len(text) > 2 * _TEXT_BUDGET:
-            text = text[:_TEXT_BUDGET] + " " + text[-_TEXT_BUDGET:]
-        raw = "C" + _hexdigest(text.encode(_UTF8, _LONE))
-        key = _OUTCOME_CACHE.get(raw)
-        if key is None:
-            key = outcome_signature(text, True, True)
-            if len(_OUTCOME_CACHE) >= _NORM_CACHE_MAX:
-                _OUTCOME_CACHE.clear()
-            _OUTCOME_CACHE[raw] = key
-        return key
+        return _signature(self.text, True, True)
 
     @property
     def text_key(self) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import orjson
@@ -166,21 +166,18 @@ _MOVING_VALUE: Final = 40  # characters of an argument value read for a moving w
 _MOVING_NAMES: dict[str, bool] = {}  # tool name -> it says the call moves the view
 
 
+def _moving_name(name: str) -> bool:
+    key = tool_key(name)
+    return any(w in key for w in _MOVING_KEYS)
+
+
 def moves_view(name: str | None, args: Any) -> bool:
     """Whether a call moves the view over content rather than acting on it: its tool
     name, an argument's name or a short argument value says scroll, page down / up or
     swipe (``scroll_down``, ``computer(action="scroll")``, ``press(key="PageDown")``,
     ``scroll(delta_y=600)``). Read from the top level of the arguments only."""
-    if name:
-        known = _MOVING_NAMES.get(name)
-        if known is None:
-            key = tool_key(name)
-            known = any(w in key for w in _MOVING_KEYS)
-            if len(_MOVING_NAMES) >= _NORM_CACHE_MAX:
-                _MOVING_NAMES.clear()
-            _MOVING_NAMES[name] = known
-        if known:
-            return True
+    if name and _by_name(_MOVING_NAMES, name, _moving_name):
+        return True
     if type(args) is not dict:
         args = maybe_json(args)
         if not isinstance(args, dict):
@@ -603,12 +600,11 @@ def reflection_tool(name: str | None) -> bool:
     """Whether a tool's name says it only thinks, plans or takes notes (cached)."""
     if not name:
         return False
-    known = _REFLECTION_NAMES.get(name)
-    if known is None:
-        if len(_REFLECTION_NAMES) >= _NORM_CACHE_MAX:
-            _REFLECTION_NAMES.clear()
-        known = _REFLECTION_NAMES[name] = tool_key(name) in _REFLECTION_TOOLS
-    return known
+    return _by_name(_REFLECTION_NAMES, name, _reflection_name)
+
+
+def _reflection_name(name: str) -> bool:
+    return tool_key(name) in _REFLECTION_TOOLS
 
 
 def is_reflection(name: str | None, args: Any) -> bool:
@@ -820,6 +816,17 @@ def _normalise_value(value: Any, depth: int = 0, path: set[int] | None = None) -
 _NORM_CACHE_MAX: Final = 16384
 
 
+def _by_name(cache: dict[str, bool], name: str, test: Callable[[str], bool]) -> bool:
+    """What ``test`` says of a tool name, cached: a run calls a handful of tools, each
+    many times (the cache is cleared when full)."""
+    known = cache.get(name)
+    if known is None:
+        if len(cache) >= _NORM_CACHE_MAX:
+            cache.clear()
+        known = cache[name] = test(name)
+    return known
+
+
 # -- waiting ---------------------------------------------------------------------
 # A call that waits for something is polling, not looping (detectors.wait.WaitBudget).
 # Its command waits: ``sleep 30``, ``watch ...``, ``--watch``, ``--wait``, ``wait``;
@@ -843,13 +850,11 @@ def waiting_tool(name: str | None) -> bool:
     (``wait_for_job``, ``sleep``, ``poll_status``, ``watchRun``; cached)."""
     if not name:
         return False
-    known = _WAIT_NAMES.get(name)
-    if known is None:
-        known = not _WAIT_WORDS.isdisjoint(w.lower() for w in _NAME_WORD.findall(name))
-        if len(_WAIT_NAMES) >= _NORM_CACHE_MAX:
-            _WAIT_NAMES.clear()
-        _WAIT_NAMES[name] = known
-    return known
+    return _by_name(_WAIT_NAMES, name, _waiting_name)
+
+
+def _waiting_name(name: str) -> bool:
+    return not _WAIT_WORDS.isdisjoint(w.lower() for w in _NAME_WORD.findall(name))
 
 
 def declared_wait(command: str) -> float | None:
