@@ -437,9 +437,9 @@ class Event:
             return
         text = self.text
         if ident is not None and text.find(ident, 0, _ECHO_WITHIN) >= 0:
-            digest = echo_digest(ident)  # None for a short id: a counter, not an id
-            if digest is not None:
-                echoes = [*echoes, digest]
+            of_id = echo_digest(ident)  # None for a short id: a counter, not an id
+            if of_id is not None:
+                echoes = [*echoes, of_id]
         if not echoes:
             return
         found = False
