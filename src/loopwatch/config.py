@@ -27,7 +27,7 @@ from __future__ import annotations
 import inspect
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -245,14 +245,21 @@ class Config:
         value = section.get("max_iterations", 250)
         return None if value in (None, _NEVER) else int(value)
 
-    def detectors(self) -> DetectorSet:
-        """Instantiate the enabled detectors with their configured thresholds."""
+    def detectors(self, clock: Callable[[], float] | None = None) -> DetectorSet:
+        """Instantiate the enabled detectors with their configured thresholds.
+
+        ``clock`` is given to every detector that reads one (the wait and time budgets)
+        and was not handed its own: what the time is when an event carries none. The
+        scan passes a clock that never moves, so that a report does not depend on how
+        fast the machine read the trace."""
         built: list[Detector] = []
         for name, (factory, default_on) in DETECTORS.items():
             section = dict(self.sections.get(name, {}))
             if not section.pop("enabled", default_on):
                 continue
             kwargs = dict(section)
+            if clock is not None and "clock" not in kwargs and "clock" in _defaults(factory):
+                kwargs["clock"] = clock
             try:
                 built.append(factory(**kwargs))
             except (TypeError, ValueError, ImportError) as exc:

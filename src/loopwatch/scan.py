@@ -12,6 +12,7 @@ import logging
 import multiprocessing
 import os
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -191,6 +192,23 @@ def run_outcome(run: Mapping[str, Any]) -> str | None:
     return _OUTCOME_WORDS.get(value.strip().lower())
 
 
+class _StoppedClock:
+    """The scan's clock for events that carry no time: the moment the scanner was
+    made, for good. A recorded run without times took no time, however long this
+    machine takes to read it, so a report is the same on every scan (the wait budget
+    would otherwise count a stalled scan as time waited). It is still the wall clock's
+    time, as the guard's, so a run that carries times on some events only compares
+    them with the same kind of number as a live guard does."""
+
+    __slots__ = ("now",)
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class Scanner:
     """Scans runs with one configuration; reuse it for many runs."""
 
@@ -199,7 +217,7 @@ class Scanner:
     ) -> None:
         self.config = config if config is not None else _discovered_config()
         self.engine = Engine(
-            self.config.detectors() if detectors is None else detectors,
+            self.config.detectors(_StoppedClock()) if detectors is None else detectors,
             self.config.exempt_tools,
             self.config.redact_patterns,
         )

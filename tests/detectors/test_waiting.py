@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -81,6 +82,20 @@ def test_checking_without_waiting_is_warned_early_never_stopped_for_repeating() 
     assert report.findings[0].detector == "wait_budget"
     assert "Wait between checks" in report.findings[0].message
     assert report.first_stop is None
+
+
+def test_a_scan_takes_no_time_for_events_that_carry_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a machine that stalls a minute between two events (swapping, a paused worker):
+    # the run recorded no times, so the report is the one a fast machine makes
+    events: Events = []
+    for _ in range(12):
+        events += tool("get_job_status", {"job": "j-881"}, "status: pending")
+    expected = scan(run(events), Config()).to_dict()
+    wall = iter(range(1_800_000_000, 1_900_000_000, 60))
+    monkeypatch.setattr(time, "time", lambda: float(next(wall)))
+    stalled = scan(run(events), Config()).to_dict()
+    assert stalled == expected
+    assert "5 checks over 0 s" in expected["findings"][0]["message"]
 
 
 def test_a_service_not_up_yet_is_waited_for_not_an_error_loop() -> None:

@@ -319,8 +319,9 @@ class TimeBudget(_Cap):
     carry one (seconds since the epoch or ISO-8601), so a scan of a recorded trace
     measures the run's real duration; otherwise from ``clock`` (default ``time.time``, wall
     clock so that workers sharing a store agree) when the event is observed, which
-    only means something for a live guard: a scan without timestamps runs in
-    milliseconds and never reaches the cap. Off by default.
+    only means something for a live guard: a scan gives it a clock that does not
+    move (a run without timestamps took no time), so it never reaches the cap there.
+    Off by default.
     """
 
     name = "time_budget"
