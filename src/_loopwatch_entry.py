@@ -246,23 +246,31 @@ def start_daemon(key: bytes) -> None:
     """Start the daemon for ``key`` detached from this process (a session of its own,
     stdio on /dev/null: the agent waits for the hook's pipes to close, never for the
     daemon), with fork and exec only (``subprocess`` costs a hook call 5-10 ms). It
-    binds the socket itself; if two calls start one each, one of them wins the lock
-    and the other exits."""
+    waits for this process to end (the end of a pipe this process holds) before it
+    imports anything, so that the call this process answers does not share the CPU
+    with the daemon's start. It binds the socket itself; if two calls start one each,
+    one of them takes the lock and the other exits."""
     code = (
-        "import sys; del sys.path[0]; import _loopwatch_entry as e; e.bare_package(); "
+        "import os, sys; del sys.path[0]; os.read(int(sys.argv[2]), 1); "
+        "import _loopwatch_entry as e; e.bare_package(); "
         "from loopwatch.hooks.daemon import serve; serve(sys.argv[1])"
     )
+    ended, holding = os.pipe()  # `holding` stays open in this process until it exits
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child ends in exec or _exit
         try:
             os.setsid()
             if os.fork() == 0:
+                os.close(holding)
                 null = os.open(os.devnull, os.O_RDWR)
                 for fd in (0, 1, 2):
                     os.dup2(null, fd)
-                os.execv(sys.executable, [sys.executable, "-c", code, _digest(key)])
+                os.set_inheritable(ended, True)
+                argv = [sys.executable, "-c", code, _digest(key), str(ended)]
+                os.execv(sys.executable, argv)
         finally:
             os._exit(0)
+    os.close(ended)
     os.waitpid(pid, 0)
 
 

@@ -361,6 +361,9 @@ def serve(expected: str = "") -> None:
     except Exception as exc:
         log_failure("", f"hook daemon did not start: {type(exc).__name__}: {exc}")
         return
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: daemon.stop())  # the socket goes with it
     try:
         daemon.run()
     finally:
