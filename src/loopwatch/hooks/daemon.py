@@ -53,7 +53,7 @@ from typing import Any, Final
 from _loopwatch_entry import PROTOCOL, daemon_key, daemon_socket, daemon_wanted
 
 from ._dispatch import Answer, _store_url, config_start, respond
-from ._log import log_failure
+from ._log import log_failure, served_by
 
 __all__ = ["GuardCache", "serve", "status"]
 
@@ -331,6 +331,7 @@ def _warm() -> None:
     from ._dispatch import _PROTOCOLS
 
     quiet()
+    served_by("daemon")
     for name in set(_PROTOCOLS.values()):
         import_module(f"{__package__}.{name}")
     import_module("loopwatch.guard")

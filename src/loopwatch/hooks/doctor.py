@@ -306,7 +306,7 @@ def _text(data: dict[str, Any]) -> str:
     lines += ["", f"last hook calls ({os.path.join(data['logs'], CALLS)}):"]
     lines += [
         f"  {c.get('at')} {c.get('agent')} {c.get('event')} {c.get('session')}: "
-        f"{c.get('answer')} ({c.get('ms')} ms)"
+        f"{c.get('answer')} ({c.get('ms')} ms{', daemon' if c.get('via') == 'daemon' else ''})"
         for c in data["calls"]
     ] or ["  none"]
     lines += ["", f"last errors ({os.path.join(data['logs'], FAILURES)}):"]
