@@ -1,4 +1,4 @@
-"""The hook daemon (``loopwatch.hooks.daemon``) and its client (``_loopwatch_entry``).
+"""The hook daemon (``loopwatch.hooks.daemon``) and its client (``_loopwatch_hook``).
 
 A real daemon process on a real unix socket; the client is the real ``loopwatch``
 command or ``ask_daemon`` called here. What is checked: the daemon's answers are the
@@ -31,7 +31,7 @@ import test_hooks_replay as replay
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import _loopwatch_entry as entry
+import _loopwatch_hook as entry
 from loopwatch.hooks import daemon as hookd
 from loopwatch.hooks._dispatch import _PROTOCOLS, Answer, respond
 from loopwatch.hooks._log import state_dir
@@ -40,7 +40,7 @@ from loopwatch.stores.sqlite import SqliteStore
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="unix sockets")
 
 BIN = Path(sys.executable).parent
-SERVE = "import _loopwatch_entry as e; e.bare_package(); from loopwatch.hooks.daemon import serve; serve()"  # noqa: E501
+SERVE = "import _loopwatch_hook as e; e.bare_package(); from loopwatch.hooks.daemon import serve; serve()"  # noqa: E501
 ARGS = ["hook", "claude-code"]
 
 
@@ -202,7 +202,7 @@ def test_usage_errors_and_help_are_answered_as_in_process(daemon: Daemon) -> Non
 
 
 def test_the_client_knows_the_same_agents_and_folder_as_the_package() -> None:
-    assert set(_PROTOCOLS) == entry._AGENTS
+    assert set(_PROTOCOLS) == entry.AGENTS
     assert Path(entry.state_folder()) == state_dir()
 
 

@@ -3,7 +3,7 @@
 Why: a coding agent runs ``loopwatch hook AGENT`` in a fresh process around every tool
 call, and most of such a process's time is importing loopwatch and opening the state
 file. The daemon does both once and keeps them; the hook process becomes a client
-that imports nothing (:mod:`_loopwatch_entry`), sends the call over a unix socket and
+that imports nothing (:mod:`_loopwatch_hook`), sends the call over a unix socket and
 writes back the answer.
 
 Where: ``hookd-<key digest>.sock`` in loopwatch's state folder (the folder of the
@@ -29,7 +29,7 @@ One request per connection, each on a thread of its own (the guard and the SQLit
 store are thread-safe; two processes, or two threads, updating a run take turns on
 the store's lock as hook processes always did). The protocol and its one rule (the
 daemon judges only a request it received whole; once the client sent it, the client
-never judges it again) are in :func:`_loopwatch_entry.ask_daemon`. A daemon that
+never judges it again) are in :func:`_loopwatch_hook.ask_daemon`. A daemon that
 dies while judging a call leaves that call let through (the client logs it), and
 the call counted or not depending on whether its step was committed: never twice.
 
@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from _loopwatch_entry import PROTOCOL, daemon_key, daemon_socket, daemon_wanted
+from _loopwatch_hook import PROTOCOL, daemon_key, daemon_socket, daemon_wanted
 
 from ._dispatch import Answer, _store_url, config_start, respond
 from ._log import log_failure, served_by
@@ -61,6 +61,7 @@ _IDLE_DEFAULT: Final = 600.0  # seconds without a call before the daemon exits
 _TICK: Final = 1.0  # seconds between checks for idleness and a removed socket
 _REQUEST_TIMEOUT: Final = 10.0  # a client that greeted sends its request at once
 _MAX_REQUEST: Final = 64 << 20  # bytes: a hook payload is far smaller
+_OURS: Final = ("loopwatch", "_loopwatch_entry", "_loopwatch_hook")  # and loopwatch.*
 
 
 def idle_seconds() -> float:
@@ -145,7 +146,7 @@ class _Sources:
 
     def changed(self) -> bool:
         for name, module in list(sys.modules.items()):
-            if name == "_loopwatch_entry" or name == "loopwatch" or name.startswith("loopwatch."):
+            if name in _OURS or name.startswith("loopwatch."):
                 path = getattr(module, "__file__", None)
                 if path and path not in self._seen:
                     self._seen[path] = self._of(path)
@@ -167,7 +168,7 @@ def _peer_uid(conn: socket.socket) -> int | None:
 def _read_request(conn: socket.socket) -> tuple[list[str], str, bytes] | None:
     """The client's request (argv, working folder, stdin), or None if it did not send
     one whole (it went away: it answers the call itself)."""
-    from _loopwatch_entry import _read_exact, _read_line
+    from _loopwatch_hook import _read_exact, _read_line
 
     buffer = bytearray()
     head = _read_line(conn, buffer)
@@ -342,7 +343,7 @@ def _warm() -> None:
 def serve(expected: str = "") -> None:
     """Run the daemon for this process's key (``expected``: its digest, as the client
     that started it computed it; a daemon that would not be that client's exits)."""
-    from _loopwatch_entry import _digest, _private
+    from _loopwatch_hook import _digest, _private
 
     from ..stores.sqlite import private_folder
 
