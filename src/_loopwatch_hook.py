@@ -244,14 +244,13 @@ def _lost(args: list[str]) -> None:
 def start_daemon(key: bytes) -> None:
     """Start the daemon for ``key`` detached from this process (a session of its own,
     stdio on /dev/null: the agent waits for the hook's pipes to close, never for the
-    daemon), with fork and exec only (``subprocess`` costs a hook call 5-10 ms). It
-    waits for this process to end (the end of a pipe this process holds) before it
-    imports anything, so that the call this process answers does not share the CPU
-    with the daemon's start. It binds the socket itself; if two calls start one each,
-    one of them takes the lock and the other exits."""
+    daemon), with fork and exec only (``subprocess`` costs a hook call 5-10 ms). The
+    daemon's process waits for this one to end (the end of a pipe this process
+    holds) before it even starts Python, so that the call this process answers does
+    not share the CPU with the daemon's start. It binds the socket itself; if two
+    calls start one each, one of them takes the lock and the other exits."""
     code = (
-        "import os, sys; del sys.path[0]; os.read(int(sys.argv[2]), 1); "
-        "import _loopwatch_hook as h; h.bare_package(); "
+        "import sys; del sys.path[0]; import _loopwatch_hook as h; h.bare_package(); "
         "from loopwatch.hooks.daemon import serve; serve(sys.argv[1])"
     )
     ended, holding = os.pipe()  # `holding` stays open in this process until it exits
@@ -264,9 +263,8 @@ def start_daemon(key: bytes) -> None:
                 null = os.open(os.devnull, os.O_RDWR)
                 for fd in (0, 1, 2):
                     os.dup2(null, fd)
-                os.set_inheritable(ended, True)
-                argv = [sys.executable, "-c", code, _digest(key), str(ended)]
-                os.execv(sys.executable, argv)
+                os.read(ended, 1)  # returns when the hook process has exited
+                os.execv(sys.executable, [sys.executable, "-c", code, _digest(key)])
         finally:
             os._exit(0)
     os.close(ended)

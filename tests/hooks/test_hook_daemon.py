@@ -429,3 +429,33 @@ def test_doctor_shows_the_daemon(daemon: Daemon) -> None:
     text = subprocess.run([str(BIN / "loopwatch"), "doctor"], capture_output=True, text=True,
                           env=off, timeout=120)  # fmt: skip
     assert "hook daemon: off" in text.stdout
+
+
+def test_two_daemons_started_at_once_leave_one_serving(folder: Path) -> None:
+    """Two hook calls that both found no daemon start one each: one takes the lock,
+    the other exits; calls go to the one that serves."""
+    procs = [subprocess.Popen([sys.executable, "-c", SERVE]) for _ in range(2)]
+    try:
+        serving = Daemon(folder).wait_running()["pid"]
+        loser = next(p for p in procs if p.pid != serving)
+        assert loser.wait(timeout=60) == 0
+        assert run_command(pre("two", 1)) == (0, b"", b"")
+        assert calls_log()[-1].get("via") == "daemon" and hookd.status()["pid"] == serving
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=60)
+
+
+def test_a_state_file_relative_to_the_working_folder_keys_the_daemon_by_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = {}
+    for state in ("state.db", "/abs/state.db"):
+        monkeypatch.setenv("LOOPWATCH_STATE", state)
+        for where in ("a", "b"):
+            (tmp_path / where).mkdir(exist_ok=True)
+            monkeypatch.chdir(tmp_path / where)
+            keys[state, where] = entry.daemon_key()
+    assert keys["state.db", "a"] != keys["state.db", "b"]
+    assert keys["/abs/state.db", "a"] == keys["/abs/state.db", "b"]

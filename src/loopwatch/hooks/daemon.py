@@ -351,6 +351,8 @@ def serve(expected: str = "") -> None:
     if not daemon_wanted() or (expected and _digest(key) != expected):
         return
     path = daemon_socket(key)
+    if b"\x00cwd=" not in key:  # nothing is relative to the folder it was started in:
+        os.chdir("/")  # hold none (a folder in use cannot be unmounted)
     try:
         private_folder(Path(path).parent)
         if not _private(os.path.dirname(path)):
