@@ -282,6 +282,7 @@ class FakeDaemon:
     def close(self) -> None:
         self.sock.close()
         self.thread.join(timeout=30)
+        os.unlink(self.path)
 
 
 @pytest.mark.parametrize("behaviour", ["silent", "garbage", "other key"])
@@ -351,6 +352,17 @@ def test_a_daemon_that_dies_after_taking_the_call_lets_it_through_once(folder: P
     assert b"PreToolUse" in fake.received
     assert stored("d") == 0
     assert "gave no answer" in (state_dir() / "hook.log").read_text()
+    # let through in the agent's own words: Cursor's shell hook wants a permission
+    fake = FakeDaemon(entry.daemon_socket(), "dies", entry.daemon_key())
+    shell = {"conversation_id": "d2", "hook_event_name": "beforeShellExecution",
+             "command": "ls", "cwd": "/"}  # fmt: skip
+    try:
+        proc = subprocess.run([str(BIN / "loopwatch"), "hook", "cursor"], capture_output=True,
+                              input=json.dumps(shell).encode(), timeout=120)  # fmt: skip
+    finally:
+        fake.close()
+    assert b"beforeShellExecution" in fake.received
+    assert json.loads(proc.stdout) == {"permission": "allow"} and stored("d2") == 0
 
 
 def test_another_key_is_refused_by_the_real_daemon_before_anything_is_judged(

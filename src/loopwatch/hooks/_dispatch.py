@@ -41,7 +41,7 @@ from typing import Any, NamedTuple, final
 from ..state import DetectorState, RunState
 from ._log import log_call, log_failure
 
-__all__ = ["Answer", "Outcome", "foresee", "handle", "main", "respond", "run_hook"]
+__all__ = ["Answer", "Outcome", "foresee", "handle", "let_through", "main", "respond", "run_hook"]
 
 # agent name on the command line -> module with its protocol
 _PROTOCOLS = {
@@ -405,6 +405,14 @@ def run_hook(
 ) -> Answer:
     """Decode stdin and answer; a payload that is not JSON is let through. ``event``:
     the hook event named on the command line (Copilot CLI's payloads do not name it)."""
+    payload = _payload(agent, raw, event)
+    if payload.get(_DOCTOR):
+        return _identify(agent)
+    return handle(agent, payload, guard_factory, close=close)
+
+
+def _payload(agent: str, raw: bytes, event: str) -> dict[str, Any]:
+    """stdin as a payload ({} when it is not a JSON object: logged)."""
     try:
         import orjson
 
@@ -416,9 +424,21 @@ def run_hook(
         payload = {}
     if event:
         payload.setdefault("hook_event_name", event)
-    if payload.get(_DOCTOR):
-        return _identify(agent)
-    return handle(agent, payload, guard_factory, close=close)
+    return payload
+
+
+def let_through(args: list[str], raw: bytes, why: str) -> Answer:
+    """The agent's answer that lets this call through, judged by no one, and ``why``
+    in ``hook.log``: for a call the hook daemon took and did not answer (judging it
+    here could count it twice)."""
+    agent = args[0] if args else ""
+    log_failure(agent, why)
+    try:
+        payload = _payload(agent, raw, args[1] if len(args) > 1 else "")
+        allow: Answer = protocol(agent).answer(payload, ALLOW)
+        return allow
+    except Exception:
+        return Answer()
 
 
 def _identify(agent: str) -> Answer:
