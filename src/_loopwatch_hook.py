@@ -218,7 +218,7 @@ def ask_daemon(
             code, out_len, err_len = (int(n) for n in head.split()) if head else (0, -1, -1)
             out = _read_exact(sock, out_len, buffer) if out_len >= 0 else None
             err = _read_exact(sock, err_len, buffer) if out is not None else None
-        except (OSError, ValueError):
+        except Exception:  # the request is the daemon's now: never judged here
             out = err = None
         if out is None or err is None:
             return _lost(args, raw)
@@ -271,6 +271,15 @@ def start_daemon(key: bytes) -> None:
     os.waitpid(pid, 0)
 
 
+def _start(key: bytes) -> None:
+    """Start a daemon if this process can (a sandbox may forbid fork): the call is
+    answered here either way."""
+    try:  # noqa: SIM105 - contextlib's import would cost every hook call
+        start_daemon(key)
+    except Exception:
+        pass
+
+
 def via_daemon(args: list[str]) -> bytes | None:
     """Answer a hook call through the daemon and end the process; when it must be
     answered here instead (after starting a daemon if none listens), return stdin if
@@ -281,7 +290,7 @@ def via_daemon(args: list[str]) -> bytes | None:
         return None
     if not _private(os.path.dirname(path)):
         if not os.path.exists(os.path.dirname(path)):
-            start_daemon(key)  # it creates the folder, private
+            _start(key)  # it creates the folder, private
         return None
     try:
         raw = sys.stdin.buffer.read()
@@ -290,9 +299,9 @@ def via_daemon(args: list[str]) -> bytes | None:
     try:
         answer = ask_daemon(args, raw, key, path)
     except (FileNotFoundError, ConnectionRefusedError):
-        start_daemon(key)
+        _start(key)
         return raw
-    except OSError:
+    except Exception:  # no unix sockets here (a sandbox), a daemon that did not accept
         return raw
     if answer is None:
         return raw
