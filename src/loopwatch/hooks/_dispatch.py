@@ -141,20 +141,20 @@ def config_start(payload: Mapping[str, Any], cwd: str | None = None) -> str | No
     return where if isinstance(where, str) and os.path.isdir(where) else cwd or None
 
 
-def load_config(payload: Mapping[str, Any], cwd: str | None = None) -> Any:
+def load_config(payload: Mapping[str, Any]) -> Any:
     """The project's configuration, found from the payload's ``cwd``
     (:class:`~loopwatch.config.ConfigError` when it is broken)."""
     from ..config import Config
 
-    return Config.load(start=config_start(payload, cwd))
+    return Config.load(start=config_start(payload))
 
 
-def make_guard(payload: Mapping[str, Any], cwd: str | None = None) -> Any:
+def make_guard(payload: Mapping[str, Any]) -> Any:
     """A guard with the project's configuration and a store shared by every hook
     process."""
     from ..guard import Guard
 
-    config = load_config(payload, cwd)
+    config = load_config(payload)
     return Guard(config, store=_store_url(config))
 
 
