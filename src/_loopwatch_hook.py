@@ -83,7 +83,7 @@ def daemon_wanted() -> bool:
 
 
 def daemon_key() -> bytes:
-    """Who a daemon may answer for: this loopwatch (its entry module's path and
+    """Who a daemon may answer for: this loopwatch (this module's path and
     modification time, the interpreter) and the environment its answers depend on
     (``LOOPWATCH_*`` and ``_KEY_ENV``; the working folder too when the state's
     location is relative to it). Two callers with the same key get the same answer
@@ -149,7 +149,8 @@ def _private(folder: str) -> bool:
 def _read_exact(sock: object, n: int, buffer: bytearray) -> bytes | None:
     """``n`` bytes from ``buffer`` then the socket; None at end of stream."""
     while len(buffer) < n:
-        chunk = sock.recv(max(65536, n - len(buffer)))  # type: ignore[attr-defined]
+        want = min(max(65536, n - len(buffer)), 1 << 20)
+        chunk = sock.recv(want)  # type: ignore[attr-defined]
         if not chunk:
             return None
         buffer += chunk
@@ -204,6 +205,8 @@ def ask_daemon(
             greeting = _read_line(sock, buffer)
             fields = greeting.split() if greeting else []
             if len(fields) != 4 or fields[0] != PROTOCOL or not fields[3].isdigit():
+                return None
+            if int(fields[3]) != len(key):
                 return None
             if _read_exact(sock, int(fields[3]), buffer) != key:
                 return None

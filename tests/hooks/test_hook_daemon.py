@@ -471,3 +471,35 @@ def test_a_state_file_relative_to_the_working_folder_keys_the_daemon_by_it(
             keys[state, where] = entry.daemon_key()
     assert keys["state.db", "a"] != keys["state.db", "b"]
     assert keys["/abs/state.db", "a"] == keys["/abs/state.db", "b"]
+
+
+def test_a_daemon_whose_code_changed_refuses_the_call_and_exits(folder: Path) -> None:
+    """An upgrade or an edit of an editable install under a running daemon: the call
+    is answered in-process (once), the daemon exits, the next call starts a current one."""
+    probe = folder / "probe.py"
+    probe.write_text("VERSION = 1\n")
+    code = (
+        "import importlib.util, sys\n"
+        "import _loopwatch_hook as h\n"
+        "h.bare_package()\n"
+        f"spec = importlib.util.spec_from_file_location('loopwatch._probe', {str(probe)!r})\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "sys.modules['loopwatch._probe'] = module\n"
+        "spec.loader.exec_module(module)\n"
+        "from loopwatch.hooks.daemon import serve\n"
+        "serve()\n"
+    )
+    old = subprocess.Popen([sys.executable, "-c", code])
+    running = Daemon(folder)
+    running.wait_running()
+    running.ask(pre("up", 1))
+    probe.write_text("VERSION = 22\n")
+    raw = json.dumps(pre("up", 2)).encode()
+    assert entry.ask_daemon(ARGS, raw, running.key, running.path) is None
+    assert old.wait(timeout=60) == 0 and stored("up") == 2  # the second call not judged
+    assert run_command(pre("up", 3)) == (0, b"", b"")  # in-process: no daemon listens
+    replacement = running.wait_running()
+    try:
+        assert replacement["pid"] != old.pid and stored("up") == 3
+    finally:
+        os.kill(replacement["pid"], signal.SIGTERM)
