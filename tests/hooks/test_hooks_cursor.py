@@ -33,7 +33,8 @@ class Cursor:
         self.conversation = conversation
         self.command = hook_command("cursor")
         self.env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(project.parent / "home"),
-                    "LOOPWATCH_STATE": str(project.parent / "state" / "state.db")}  # fmt: skip
+                    "LOOPWATCH_STATE": str(project.parent / "state" / "state.db"),
+                    "LOOPWATCH_HOOK_DAEMON_IDLE": "5"}  # fmt: skip
 
     def send(self, event: str, **fields: Any) -> dict[str, Any]:
         payload = {"hook_event_name": event, "conversation_id": self.conversation,

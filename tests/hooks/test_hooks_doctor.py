@@ -31,6 +31,7 @@ def loopwatch(project: Path, *args: str, path: str | None = None) -> tuple[int, 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPWATCH", "XDG"))}
     env.update(HOME=str(project.parent / "home"),
                LOOPWATCH_STATE=str(project.parent / "state" / "state.db"),
+               LOOPWATCH_HOOK_DAEMON_IDLE="5",  # the hook daemons it starts go soon
                PATH=path or f"{BIN}{os.pathsep}/usr/bin:/bin")  # fmt: skip
     env.pop("PYTHONPATH", None)
     proc = subprocess.run([str(BIN / "loopwatch"), *args], cwd=project, env=env,

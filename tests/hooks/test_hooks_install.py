@@ -176,7 +176,8 @@ def test_unknown_agents_are_usage_errors_naming_the_supported_ones(
 def _run_command(
     command: str, payload: dict[str, object], path: str, state: Path
 ) -> tuple[int, bytes]:
-    env = {"PATH": path, "HOME": str(state.parent), "LOOPWATCH_STATE": str(state)}
+    env = {"PATH": path, "HOME": str(state.parent), "LOOPWATCH_STATE": str(state),
+           "LOOPWATCH_HOOK_DAEMON_IDLE": "5"}  # fmt: skip
     proc = subprocess.run(["/bin/sh", "-c", command], input=json.dumps(payload).encode(),
                           capture_output=True, env=env, timeout=60)  # fmt: skip
     assert proc.stderr == b"", proc.stderr

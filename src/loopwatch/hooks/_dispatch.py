@@ -41,7 +41,7 @@ from typing import Any, NamedTuple, final
 from ..state import DetectorState, RunState
 from ._log import log_call, log_failure
 
-__all__ = ["Answer", "Outcome", "foresee", "handle", "main", "run_hook"]
+__all__ = ["Answer", "Outcome", "foresee", "handle", "let_through", "main", "respond", "run_hook"]
 
 # agent name on the command line -> module with its protocol
 _PROTOCOLS = {
@@ -134,13 +134,19 @@ def _store_url(config: Any) -> str:
     return f"sqlite://{default_state_path()}?timeout=2"
 
 
+def config_start(payload: Mapping[str, Any], cwd: str | None = None) -> str | None:
+    """Where the project's configuration is looked for: the payload's ``cwd``, else
+    the caller's working folder (``cwd``; None: this process's)."""
+    where = payload.get("cwd")
+    return where if isinstance(where, str) and os.path.isdir(where) else cwd or None
+
+
 def load_config(payload: Mapping[str, Any]) -> Any:
     """The project's configuration, found from the payload's ``cwd``
     (:class:`~loopwatch.config.ConfigError` when it is broken)."""
     from ..config import Config
 
-    cwd = payload.get("cwd")
-    return Config.load(start=cwd if isinstance(cwd, str) and os.path.isdir(cwd) else None)
+    return Config.load(start=config_start(payload))
 
 
 def make_guard(payload: Mapping[str, Any]) -> Any:
@@ -336,9 +342,11 @@ def handle(
 ) -> Answer:
     """Answer one hook payload (the whole hook, minus stdin/stdout); never raises.
 
-    ``close=False`` leaves the store's connection open: the hook process exits right
-    after, and closing the last connection to a WAL file checkpoints and deletes the
-    WAL (about 15 ms, then 5 more for the next process to create it again).
+    ``guard_factory``: the guard for a payload (the hook daemon keeps one per
+    configuration). ``close=False`` leaves the store's connection open: the hook
+    process exits right after (or the daemon keeps the guard), and closing the last
+    connection to a WAL file checkpoints and deletes the WAL (about 15 ms, then 5
+    more for the next process to create it again).
     """
     started = time.perf_counter()
     proto: Any = None
@@ -388,9 +396,23 @@ def handle(
             log_call(agent, event, run_id, label, started)
 
 
-def run_hook(agent: str, raw: bytes, close: bool = True, event: str = "") -> Answer:
+def run_hook(
+    agent: str,
+    raw: bytes,
+    close: bool = True,
+    event: str = "",
+    guard_factory: Callable[[Mapping[str, Any]], Any] = make_guard,
+) -> Answer:
     """Decode stdin and answer; a payload that is not JSON is let through. ``event``:
     the hook event named on the command line (Copilot CLI's payloads do not name it)."""
+    payload = _payload(agent, raw, event)
+    if payload.get(_DOCTOR):
+        return _identify(agent)
+    return handle(agent, payload, guard_factory, close=close)
+
+
+def _payload(agent: str, raw: bytes, event: str) -> dict[str, Any]:
+    """stdin as a payload ({} when it is not a JSON object: logged)."""
     try:
         import orjson
 
@@ -402,9 +424,21 @@ def run_hook(agent: str, raw: bytes, close: bool = True, event: str = "") -> Ans
         payload = {}
     if event:
         payload.setdefault("hook_event_name", event)
-    if payload.get(_DOCTOR):
-        return _identify(agent)
-    return handle(agent, payload, close=close)
+    return payload
+
+
+def let_through(args: list[str], raw: bytes, why: str) -> Answer:
+    """The agent's answer that lets this call through, judged by no one, and ``why``
+    in ``hook.log``: for a call the hook daemon took and did not answer (judging it
+    here could count it twice)."""
+    agent = args[0] if args else ""
+    log_failure(agent, why)
+    try:
+        payload = _payload(agent, raw, args[1] if len(args) > 1 else "")
+        allow: Answer = protocol(agent).answer(payload, ALLOW)
+        return allow
+    except Exception:
+        return Answer()
 
 
 def _identify(agent: str) -> Answer:
@@ -421,41 +455,56 @@ def _identify(agent: str) -> Answer:
     return Answer(0, json.dumps(reply) + "\n")
 
 
-def main(argv: list[str] | None = None, exit_now: bool = False) -> int:
-    """``loopwatch hook AGENT [EVENT]``.
+def respond(
+    args: list[str],
+    raw: bytes | None,
+    close: bool = True,
+    guard_factory: Callable[[Mapping[str, Any]], Any] = make_guard,
+) -> Answer:
+    """The answer to ``loopwatch hook ARGS`` with ``raw`` on stdin (None: read it
+    here), as data: what :func:`main` prints and exits with, and what the hook daemon
+    sends its client (with its own ``guard_factory``, see :func:`handle`).
 
     An unknown agent is a usage error (exit 2, naming the supported ones): the
     installer never writes one, so it is a hand-written command to fix. Everything
     else answers in the agent's protocol and exits 0.
+    """
+    agent = args[0] if args else ""
+    if "--help" in args or "-h" in args:  # no agent or event is spelled so
+        return Answer(0, _USAGE.format(agents=supported()))
+    if agent not in _PROTOCOLS:
+        what = f"unknown agent {agent!r}" if agent else "no agent named"
+        return Answer(
+            2,
+            "",
+            f"loopwatch hook: {what}; supported: {supported()}\n"
+            "usage: loopwatch hook AGENT [EVENT] < payload.json (loopwatch hook --help)\n",
+        )
+    if raw is None:
+        try:
+            raw = sys.stdin.buffer.read()
+        except Exception as exc:
+            log_failure(agent, f"cannot read stdin: {exc}")
+            raw = b""
+    event = args[1] if len(args) > 1 else ""
+    return run_hook(agent, raw, close=close, event=event, guard_factory=guard_factory)
+
+
+def main(argv: list[str] | None = None, exit_now: bool = False, raw: bytes | None = None) -> int:
+    """``loopwatch hook AGENT [EVENT]``; ``raw``: stdin, when the caller read it
+    already (it asked the hook daemon first, which did not take the call).
 
     ``exit_now`` (the hook entry) ends the process as soon as the answer is written,
     skipping interpreter teardown and the WAL checkpoint on close: the step is
     committed, and the next hook process reads it from the WAL.
     """
     args = sys.argv[1:] if argv is None else argv
-    agent = args[0] if args else ""
-    if "--help" in args or "-h" in args:  # no agent or event is spelled so
-        sys.stdout.write(_USAGE.format(agents=supported()))
-        return 0
     # The guard logs to the "loopwatch" logger (an outage, a reset state): a hook's
     # stderr is the agent's, and its own failures go to hook.log.
     from .._logger import quiet
 
     quiet()
-    if agent not in _PROTOCOLS:
-        what = f"unknown agent {agent!r}" if agent else "no agent named"
-        print(
-            f"loopwatch hook: {what}; supported: {supported()}\n"
-            "usage: loopwatch hook AGENT [EVENT] < payload.json (loopwatch hook --help)",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        raw = sys.stdin.buffer.read()
-    except Exception as exc:
-        log_failure(agent, f"cannot read stdin: {exc}")
-        raw = b""
-    answer = run_hook(agent, raw, close=not exit_now, event=args[1] if len(args) > 1 else "")
+    answer = respond(args, raw, close=not exit_now)
     if answer.stdout:
         sys.stdout.write(answer.stdout)
         sys.stdout.flush()

@@ -2,7 +2,8 @@
 
 Two small files beside the state file: ``hook.log`` (one line per failure, the call
 let through) and ``calls.log`` (one JSON line per hook call: when, which agent and
-event, the session, the answer, how long it took). Each is rotated to ``<name>.1``
+event, the session, the answer, how long it took, ``via: daemon`` when the hook daemon
+answered it). Each is rotated to ``<name>.1``
 past 512 KB, so neither grows without bound. Writing never raises: a hook that
 cannot log still answers.
 """
@@ -21,6 +22,13 @@ __all__ = ["CALLS", "FAILURES", "log_call", "log_failure", "state_dir", "tail"]
 FAILURES: Final = "hook.log"
 CALLS: Final = "calls.log"
 _ROTATE_AT: Final = 512 * 1024
+# "daemon" in the hook daemon's process (set by it): its calls.log lines say so
+_SERVED_BY: list[str] = [""]
+
+
+def served_by(name: str) -> None:
+    """Mark this process's calls.log lines as answered by ``name`` (the hook daemon)."""
+    _SERVED_BY[0] = name
 
 
 def state_dir() -> Path:
@@ -72,6 +80,8 @@ def log_call(agent: str, event: str, session: str, answer: str, started: float) 
         "answer": answer,
         "ms": round((time.perf_counter() - started) * 1000, 1),
     }
+    if _SERVED_BY[0]:
+        record["via"] = _SERVED_BY[0]
     _append(CALLS, json.dumps(record))
 
 

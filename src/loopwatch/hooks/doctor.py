@@ -6,7 +6,8 @@ whether it runs (it is run, with a payload that asks it which loopwatch answered
 a command that finds no loopwatch answers nothing); for each MCP client, which of
 its MCP servers run behind ``loopwatch mcp`` (``loopwatch install mcp``) and which do
 not; then the configuration the hooks load from here (a key it refuses is named),
-the state store, and the last hook calls and errors the hooks logged.
+the state store, the hook daemon (running or not, its pid, version and socket), and
+the last hook calls and errors the hooks logged.
 
 Exit status: 0 when nothing is broken, 2 when something is (an invalid
 configuration, an unreadable settings file, an installed command that does not
@@ -218,6 +219,9 @@ def report(calls: int = 5) -> dict[str, Any]:
     mcp = _mcp_clients(root)
     config = _config(root)
     store = _store(config)
+    from .daemon import status
+
+    daemon = status()
     last = [c for c in (parse_call(line) for line in tail(CALLS, calls)) if c is not None]
     errors = tail(FAILURES, calls)
     ok = config["ok"] and store["ok"] and all(a.ok for a in agents) and all(m.ok for m in mcp)
@@ -228,6 +232,7 @@ def report(calls: int = 5) -> dict[str, Any]:
         "mcp": [asdict(m) for m in mcp],
         "config": config,
         "store": store,
+        "daemon": daemon,
         "logs": str(state_dir()),
         "calls": last,
         "errors": errors,
@@ -241,6 +246,16 @@ def run(as_json: bool = False, calls: int = 5) -> int:
     else:
         print(_text(data))
     return 0 if data["ok"] else 2
+
+
+def _daemon_line(daemon: dict[str, Any]) -> str:
+    """The hook daemon: off, running (pid, version) or started by the next call."""
+    if not daemon["enabled"]:
+        return "hook daemon: off (LOOPWATCH_HOOK_DAEMON=0, or no unix sockets): calls in-process"
+    if daemon["running"]:
+        return (f"hook daemon: running, pid {daemon['pid']}, loopwatch {daemon['version']}, "
+                f"{daemon['socket']}")  # fmt: skip
+    return f"hook daemon: not running (the next hook call starts it), {daemon['socket']}"
 
 
 def _text(data: dict[str, Any]) -> str:
@@ -287,10 +302,11 @@ def _text(data: dict[str, Any]) -> str:
         lines.append(f"store: {store['url']} ({store['sessions']} sessions)")
     else:
         lines.append(f"store: BROKEN: {store['url']}: {store['error']}")
+    lines.append(_daemon_line(data["daemon"]))
     lines += ["", f"last hook calls ({os.path.join(data['logs'], CALLS)}):"]
     lines += [
         f"  {c.get('at')} {c.get('agent')} {c.get('event')} {c.get('session')}: "
-        f"{c.get('answer')} ({c.get('ms')} ms)"
+        f"{c.get('answer')} ({c.get('ms')} ms{', daemon' if c.get('via') == 'daemon' else ''})"
         for c in data["calls"]
     ] or ["  none"]
     lines += ["", f"last errors ({os.path.join(data['logs'], FAILURES)}):"]
