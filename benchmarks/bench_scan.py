@@ -26,7 +26,6 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
 
-
 def timed_scan(paths: list[str], jobs: int) -> tuple[int, int, float]:
     from loopwatch import Config
     from loopwatch.scan import Report, scan_paths
@@ -71,7 +70,8 @@ def measured(paths: list[str], jobs: int) -> str:
     out = child("--one", str(jobs), *paths)
     runs, events, secs, own, workers = int(out[0]), int(out[1]), *map(float, out[2:])
     peak = f"peak RSS {own:,.0f} MB" + (f" + {workers:,.0f} MB a worker" if jobs > 1 else "")
-    return f"{runs:,} runs, {events:,} events in {secs:.2f} s = {events / secs:,.0f} events/s; {peak}"
+    rate = f"{events / secs:,.0f} events/s"
+    return f"{runs:,} runs, {events:,} events in {secs:.2f} s = {rate}; {peak}"
 
 
 def main() -> None:
