@@ -150,7 +150,9 @@ def replay(engine: Engine, policy: Policy, state: RunState, events: Iterable[Any
     merged = out.merged
     n = 0
     for raw in events:
-        if isinstance(raw, Event):
+        if type(raw) is dict:  # what a trace reader gives, without the ABC check below
+            ev = Event.from_dict(raw)
+        elif isinstance(raw, Event):
             ev = raw
         elif isinstance(raw, Mapping):
             ev = Event.from_dict(raw)
