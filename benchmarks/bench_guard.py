@@ -15,52 +15,14 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import orjson
-import xxhash
-from _workload import interleaved
+from _workload import floor_median, interleaved
 
 from loopwatch import Config, Event, Guard
 from loopwatch._build import describe
-
-
-class Floor:
-    """The minimal loop guard the issue measures against: an exact key of the call
-    (orjson + xxhash), a count per run, and a period-1..6 ring of recent keys. What
-    any guard must at least do per event; loopwatch's cost is printed as a multiple."""
-
-    def __init__(self) -> None:
-        self.runs: dict[str, tuple[dict[int, int], list[int]]] = {}
-
-    def observe(self, run_id: str, event: dict[str, Any]) -> bool:
-        counts, ring = self.runs.setdefault(run_id, ({}, []))
-        if event.get("kind") != "tool_call":
-            return False
-        key = xxhash.xxh3_64_intdigest(
-            orjson.dumps([event.get("name"), event.get("args")], option=orjson.OPT_SORT_KEYS)
-        )
-        counts[key] = counts.get(key, 0) + 1
-        ring.append(key)
-        if len(ring) > 12:
-            del ring[0]
-        n = len(ring)
-        cycle = any(ring[n - p :] == ring[n - 2 * p : n - p] for p in range(1, 7) if n >= 2 * p)
-        return counts[key] >= 5 or cycle
-
-
-def floor_median(traffic: list[tuple[str, dict[str, Any]]]) -> float:
-    floor = Floor()
-    clock = time.perf_counter_ns
-    timings = []
-    for run_id, event in traffic:
-        t0 = clock()
-        floor.observe(run_id, event)
-        timings.append((clock() - t0) / 1000)
-    return statistics.median(timings)
 
 
 def main() -> None:

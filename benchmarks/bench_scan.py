@@ -1,14 +1,21 @@
-"""Offline scan speed: events per second over the corpus and a generated 1M-event file.
+"""Offline scan speed and memory: events per second and peak RSS, over the corpus and
+over generated files of two sizes.
 
-Uses the CLI's streaming, ordered, multi-process scan (all cores by default).
+Runs what ``loopwatch scan FILES --jobs N`` runs (``scan.scan_paths``: the workers read
+and decode their own byte ranges of a native JSON Lines file), each measurement in a
+fresh process so that its peak RSS (``resource.getrusage``: the process and, separately,
+its largest worker) is its own. A generated file is scanned at two sizes, ``--events``
+and a quarter of it: a scan in bounded memory shows the same peak at both.
 
-    python benchmarks/bench_scan.py [--jobs N] [--events 1000000]
+    python benchmarks/bench_scan.py [--jobs N] [--events 1000000] [--corpus DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -18,50 +25,88 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from _workload import runs_file_lines  # noqa: E402
-
-from loopwatch import Config  # noqa: E402
-from loopwatch.scan import Report, scan_stream  # noqa: E402
-from loopwatch.traces import read_runs  # noqa: E402
-
 
 def timed_scan(paths: list[str], jobs: int) -> tuple[int, int, float]:
+    from loopwatch import Config
+    from loopwatch.scan import Report, scan_paths
+
     runs = events = 0
     start = time.perf_counter()
-    for item in scan_stream(read_runs(paths), Config(), jobs):
+    for item in scan_paths(paths, Config(), jobs):
         if isinstance(item, Report):
             runs += 1
             events += item.events
     return runs, events, time.perf_counter() - start
 
 
+def one(paths: list[str], jobs: int) -> None:
+    """Child side: scan, then print runs, events, seconds and the peak RSS in MB of this
+    process and of its largest worker (ru_maxrss is in kB on Linux)."""
+    runs, events, secs = timed_scan(paths, jobs)
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(runs, events, secs, own, workers)
+
+
+def generate(path: str, total: int, short: bool) -> None:
+    """Child side: write a generated file of ``total`` events, 200 a run."""
+    from _workload import runs_file_lines
+
+    per_run = 200
+    Path(path).write_bytes(b"\n".join(runs_file_lines(total // per_run, per_run, short)) + b"\n")
+
+
+def child(*args: str) -> list[str]:
+    """Run this script with ``args`` in a new process. Everything heavy happens in one:
+    Linux keeps a process's peak RSS across fork and exec, so a child started by a
+    parent holding a generated file in memory would report the parent's peak."""
+    done = subprocess.run(
+        [sys.executable, __file__, *args], check=True, capture_output=True, text=True
+    )
+    return done.stdout.split()
+
+
+def measured(paths: list[str], jobs: int) -> str:
+    out = child("--one", str(jobs), *paths)
+    runs, events, secs, own, workers = int(out[0]), int(out[1]), *map(float, out[2:])
+    peak = f"peak RSS {own:,.0f} MB" + (f" + {workers:,.0f} MB a worker" if jobs > 1 else "")
+    rate = f"{events / secs:,.0f} events/s"
+    return f"{runs:,} runs, {events:,} events in {secs:.2f} s = {rate}; {peak}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--corpus", type=Path, default=HERE.parents[1] / "shared" / "corpus")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # child: jobs
+    parser.add_argument("--generate", nargs=2, help=argparse.SUPPRESS)  # child: events, kind
+    parser.add_argument("paths", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    corpus = sorted(str(p) for p in (HERE.parents[1] / "shared" / "corpus").glob("*.jsonl"))
-    print(f"scan with {args.jobs} worker process(es) on {os.cpu_count()} cores")
+    if args.one is not None:
+        one(args.paths, args.one)
+        return
+    if args.generate is not None:
+        generate(args.paths[0], int(args.generate[0]), args.generate[1] == "short")
+        return
+    corpus = sorted(str(p) for p in args.corpus.glob("*.jsonl"))
+    print(f"scan (scan_paths, as the CLI) on {os.cpu_count()} cores")
+    jobs_list = sorted({1, args.jobs})
     if corpus:
-        for jobs in sorted({1, args.jobs}):
-            runs, events, secs = timed_scan(corpus, jobs)
-            print(
-                f"  corpus ({len(corpus)} files): {runs:,} runs, {events:,} events in {secs:.2f} s"
-                f" = {events / secs:,.0f} events/s (jobs={jobs})"
-            )
+        for jobs in jobs_list:
+            print(f"  corpus ({len(corpus)} files), jobs={jobs}: {measured(corpus, jobs)}")
     with tempfile.TemporaryDirectory() as tmp:
         for short, label in ((True, "short events"), (False, "realistic events")):
-            path = Path(tmp) / f"gen-{label.split()[0]}.jsonl"
-            per_run = 200
-            lines = runs_file_lines(args.events // per_run, per_run, short)
-            path.write_bytes(b"\n".join(lines) + b"\n")
-            size = path.stat().st_size / 1e6
-            for jobs in sorted({1, args.jobs}):
-                runs, events, secs = timed_scan([str(path)], jobs)
-                print(
-                    f"  generated, {label} ({size:.0f} MB): {runs:,} runs, {events:,} events in"
-                    f" {secs:.2f} s = {events / secs:,.0f} events/s (jobs={jobs})"
-                )
+            for total in (args.events // 4, args.events):
+                path = Path(tmp) / f"gen-{label.split()[0]}-{total}.jsonl"
+                child("--generate", str(total), "short" if short else "long", str(path))
+                size = path.stat().st_size / 1e6
+                for jobs in jobs_list:
+                    print(
+                        f"  generated, {label} ({size:,.0f} MB), jobs={jobs}: "
+                        f"{measured([str(path)], jobs)}"
+                    )
+                path.unlink()
 
 
 if __name__ == "__main__":

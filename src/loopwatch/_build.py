@@ -25,7 +25,8 @@ from types import ModuleType
 __all__ = ["COMPILED", "compiled", "describe", "force_pure", "pure_requested"]
 
 # The hot path: event intake and fingerprints, run state, the engine, the policy and
-# the default detectors' per-event update. setup.py compiles exactly these.
+# the default detectors' per-event update, the scan's per-event loop (replay). setup.py
+# compiles exactly these.
 COMPILED: tuple[str, ...] = (
     "loopwatch.fingerprints",
     "loopwatch.events",
@@ -38,6 +39,7 @@ COMPILED: tuple[str, ...] = (
     "loopwatch.stores.base",
     "loopwatch.stores.memory",
     "loopwatch.guard",
+    "loopwatch.replay",
     "loopwatch.detectors.base",
     "loopwatch.detectors.budget",
     "loopwatch.detectors.conversation",

@@ -303,8 +303,17 @@ def _asked(value: str, asks: list[int]) -> None:
         if word.isalpha():
             if len(word) >= 3 and word.isupper():
                 asks.append(_spec_id(word.lower()))
-        elif any(c.isdigit() or c in "_@#" for c in word):
+        elif _has_mark(word):
             asks.append(_spec_id(word.lower()))
+
+
+def _has_mark(word: str) -> bool:
+    """Whether a word holds a digit, ``_``, ``@`` or ``#``: a loop, not ``any()`` over a
+    generator (a generator object per word cost most of :func:`_asked`)."""
+    for c in word:  # noqa: SIM110 - any() over a generator is the cost this saves
+        if c.isdigit() or c in "_@#":
+            return True
+    return False
 
 
 def _spec_id(token: str) -> int:

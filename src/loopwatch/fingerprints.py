@@ -780,7 +780,10 @@ def _normalise_value(value: Any, depth: int = 0, path: set[int] | None = None) -
     """
     if isinstance(value, str):
         return normalise_text(value)
-    if not isinstance(value, (Mapping, list, tuple)):
+    kind = type(value)
+    if kind is int or kind is float or kind is bool or value is None:
+        return value  # a JSON leaf, without the ABC check of Mapping below
+    if kind is not dict and kind is not list and not isinstance(value, (Mapping, list, tuple)):
         return value
     if path is None:
         path = set()
@@ -790,7 +793,7 @@ def _normalise_value(value: Any, depth: int = 0, path: set[int] | None = None) -
         return "#deep:" + _deep_fingerprint(value)
     path.add(id(value))
     try:
-        if isinstance(value, Mapping):
+        if kind is dict or (kind is not list and isinstance(value, Mapping)):
             items: Iterable[tuple[Any, Any]] = value.items()
             if depth == 0 and len(value) > 1:
                 # Fields that describe a call (Claude Code's Bash ``description``) are

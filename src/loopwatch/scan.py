@@ -26,9 +26,9 @@ import orjson
 from .config import Config
 from .detectors import Detector
 from .engine import Engine, new_state
-from .events import MODEL, TOOL_CALL, Event
 from .findings import Finding, Severity
 from .policy import Policy
+from .replay import replay
 from .traces import no_trace_files, read_file, read_runs, trace_files
 from .traces.base import InputError, TraceRun
 from .traces.columnar import is_columnar
@@ -96,83 +96,6 @@ class Report:
         return self.findings[0] if self.findings else None
 
 
-class _Metrics:
-    """Needlr-style iteration metrics, accumulated in the same single pass."""
-
-    __slots__ = (
-        "degenerate",
-        "empty",
-        "iterations",
-        "last_text",
-        "last_was_final",
-        "pending_empty",
-        "prev_key",
-        "run",
-        "useful",
-    )  # fmt: skip
-
-    def __init__(self) -> None:
-        self.iterations = 0
-        self.useful = 0  # iterations with text or tool calls
-        self.empty = 0  # iterations with neither
-        self.pending_empty = False  # current iteration has no text yet and no call
-        self.prev_key: str | None = None
-        self.degenerate = False
-        self.last_was_final = False
-
-    def add(self, ev: Event) -> None:
-        if ev.kind == MODEL:
-            if self.pending_empty:
-                self.empty += 1
-            self.iterations += 1
-            if not ev.text_known:
-                # not recorded: neither empty nor a repeat of the previous output
-                self.useful += 1
-                self.prev_key = None
-                self.pending_empty = False
-                self.last_was_final = True
-                return
-            has_text = bool(ev.text.strip())
-            if has_text:
-                self.useful += 1
-                text = ev.text
-                if (
-                    not self.degenerate
-                    and self.prev_key is not None
-                    and (
-                        text == self.prev_key
-                        or " ".join(text.lower().split()) == " ".join(self.prev_key.lower().split())
-                    )
-                ):
-                    self.degenerate = True
-                self.prev_key = text
-            self.pending_empty = not has_text
-            self.last_was_final = has_text
-        elif ev.kind == TOOL_CALL:
-            if self.pending_empty:
-                self.pending_empty = False
-                self.useful += 1
-            self.last_was_final = False
-            self.prev_key = None
-
-    def result(self, max_iterations: int | None, outcome: str | None = None) -> dict[str, Any]:
-        empty = self.empty + (1 if self.pending_empty else 0)
-        hit = max_iterations is not None and self.iterations >= max_iterations
-        # A run that ended on an answer but is recorded as failed or cancelled did not
-        # terminate coherently; without a recorded outcome, the last output decides.
-        ended_badly = outcome in _BAD_OUTCOMES
-        return {
-            "iteration_count": self.iterations,
-            "empty_outputs": empty,
-            "terminated_coherently": self.last_was_final and not hit and not ended_badly,
-            "efficiency_ratio": round(self.useful / self.iterations, 4) if self.iterations else 1.0,
-            "degenerate_loop": self.degenerate,
-            "max_iterations_hit": hit,
-            "outcome": outcome,
-        }
-
-
-_BAD_OUTCOMES: Final = frozenset({"failed", "cancelled"})
 _OUTCOME_WORDS: Final = {
     "succeeded": "succeeded", "success": "succeeded", "ok": "succeeded",
     "completed": "succeeded", "failed": "failed", "failure": "failed", "error": "failed",
@@ -246,30 +169,8 @@ class Scanner:
             raise _not_a_run(run)
         else:
             events = run
-        engine, policy = self.engine, self.policy
-        state = new_state()
-        metrics = _Metrics()
-        merged = _Merger()
-        first_warn = first_stop = None
-        n = 0
-        for raw in events:
-            ev = (
-                raw
-                if isinstance(raw, Event)
-                else Event.from_dict(raw if isinstance(raw, Mapping) else {})
-            )
-            step = n
-            n += 1
-            metrics.add(ev)
-            found = engine.step(state, ev)
-            if not found:
-                continue
-            verdict = policy.decide(step, ev.kind, found, state)
-            merged.add(verdict.findings)
-            if first_warn is None:
-                first_warn = step
-            if first_stop is None and policy.blocks(verdict):
-                first_stop = step
+        done = replay(self.engine, self.policy, new_state(), events)
+        merged, first_warn, first_stop = done.merged, done.first_warn, done.first_stop
         findings, occurrences = merged.findings, merged.occurrences
         breakdown = _breakdown(findings, occurrences)
         if first_stop is not None:
@@ -285,9 +186,9 @@ class Scanner:
             first_warn=first_warn,
             first_stop=first_stop,
             findings=findings,
-            metrics=metrics.result(self.config.max_iterations, outcome),
+            metrics=done.metrics.result(self.config.max_iterations, outcome),
             breakdown=breakdown,
-            events=n,
+            events=done.events,
             occurrences=[(c, last) for c, last in occurrences],
         )
 
@@ -322,31 +223,6 @@ def _not_a_run(run: object) -> TypeError:
         has = "no 'events'" if events is _NO_EVENTS else f"'events' of type {type(events).__name__}"
         return TypeError(f"{_TAKES}; this mapping has {has} (its keys: {keys})")
     return TypeError(f"{_TAKES}, not {type(run).__name__}")
-
-
-class _Merger:
-    """Folds repeated findings into one per (detector, pattern, severity), in order of
-    first appearance, counting them and keeping the step of the last one."""
-
-    __slots__ = ("findings", "index", "occurrences")
-
-    def __init__(self) -> None:
-        self.findings: list[Finding] = []
-        self.occurrences: list[list[int]] = []  # [count, last step], aligned with findings
-        self.index: dict[tuple[str, str, Severity], int] = {}
-
-    def add(self, found: Iterable[Finding]) -> None:
-        for f in found:
-            key = (f.detector, f.pattern, f.severity)
-            at = self.index.get(key)
-            if at is None:
-                self.index[key] = len(self.findings)
-                self.findings.append(f)
-                self.occurrences.append([1, f.step])
-            else:
-                seen = self.occurrences[at]
-                seen[0] += 1
-                seen[1] = f.step
 
 
 def _breakdown(

@@ -143,8 +143,15 @@ _MARKUP: Final = re.compile(r"<[^>]{1,40}>|\s+")
 
 def contentless(text: str) -> bool:
     """True for an empty result or a bare acknowledgement."""
-    if len(text) > 400:
+    n = len(text)
+    if n > 400:
         return False
+    if n < _ACK_CHARS:
+        return True  # the markup and spaces taken out only make it shorter
+    if "<" not in text:
+        # no markup: what is left is the text without its whitespace (str.split and the
+        # pattern's \s both split at str.isspace), without a regex
+        return len("".join(text.split())) < _ACK_CHARS
     return len(_MARKUP.sub("", text)) < _ACK_CHARS
 
 

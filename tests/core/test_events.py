@@ -329,3 +329,25 @@ def test_sketch_similarity_is_the_share_of_the_smallest_union_hashes_both_hold(
     union = sorted(set(a) | set(b))[:64]
     expected = sum(1 for h in union if h in a and h in b) / len(union) if union else 0.0
     assert sketch_similarity(a, b) == expected
+
+
+@given(
+    st.text(alphabet=st.sampled_from(list("ab <>/\t\n\u00a0\u2003\u200b\x1c\x85")), max_size=420)
+    | st.text(max_size=120)
+)
+@example("<b>" + "x" * 45 + "</b>")
+@example("x " * 30)
+def test_contentless_is_its_pattern(text: str) -> None:
+    """contentless skips its regex for a short text and for one without markup: the
+    same answer as the pattern (markup and whitespace taken out, under 40 left)."""
+    from loopwatch.text import _ACK_CHARS, _MARKUP, contentless
+
+    expected = len(text) <= 400 and len(_MARKUP.sub("", text)) < _ACK_CHARS
+    assert contentless(text) == expected
+
+
+@given(st.text(max_size=30) | st.sampled_from(["src/m3.py", "AB12", "a@b", "x\u00b2", "#tag"]))
+def test_a_word_with_a_mark_is_one_with_a_digit_or_a_sign(word: str) -> None:
+    from loopwatch.engine import _has_mark
+
+    assert _has_mark(word) == any(c.isdigit() or c in "_@#" for c in word)

@@ -178,3 +178,24 @@ def test_scan_takes_what_read_runs_returns(tmp_path: Any) -> None:
     report = scan(item, Config())
     assert report.run_id == "a" and report.first_stop is not None
     assert report.metrics["outcome"] == "failed"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(run_events=runs)
+def test_events_as_dicts_mappings_or_events_scan_alike(run_events: list[dict[str, Any]]) -> None:
+    """The scan's loop (loopwatch.replay) takes a dict by a fast path and any other
+    mapping, or an Event, by the general one: one run given each way is one report.
+    Anything that is not an event keeps its index as an event of no kind."""
+    from types import MappingProxyType
+
+    from loopwatch import Event
+
+    def reported(events: list[Any]) -> dict[str, Any]:
+        return scan({"run_id": "r", "events": events}, Config()).to_dict()
+
+    as_dicts = reported(run_events)
+    assert reported([MappingProxyType(e) for e in run_events]) == as_dicts
+    assert reported([Event.from_dict(e) for e in run_events]) == as_dicts
+    padded = reported([*run_events, 42])
+    assert padded == reported([*run_events, {}])
+    assert padded["metrics"]["iteration_count"] == as_dicts["metrics"]["iteration_count"]
