@@ -53,3 +53,13 @@ def meets_expectation(
 @pytest.fixture
 def scenarios() -> list[dict[str, Any]]:
     return load_scenarios()
+
+
+@pytest.fixture(autouse=True)
+def short_lived_hook_daemons(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests run ``loopwatch hook`` commands (the hook tests, and the real CLIs whose
+    hooks are installed), which start hook daemons, one per state folder: those
+    started here exit a few seconds after their test's last call instead of the
+    default ten minutes. (Here, not in tests/hooks/conftest.py: a second module named
+    conftest would shadow this one for the tests that import its helpers.)"""
+    monkeypatch.setenv("LOOPWATCH_HOOK_DAEMON_IDLE", "5")
