@@ -36,18 +36,24 @@ __all__ = ["DB_NAME", "OpencodeExportReader", "is_sqlite", "looks_like", "read_d
 
 DB_NAME: Final = "opencode.db"
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+_SQLITE_HEADER: Final = 100  # bytes of header a database file starts with
+_SQLITE_FRACTIONS: Final = b"\x40\x20\x20"  # its payload fractions: fixed values
 _PLUGIN_NOTE: Final = "\n\n[loopwatch] "  # what loopwatch's plugin appends to an output
 
 
 def is_sqlite(path: str) -> bool:
-    """Whether a file is a SQLite database, by its magic bytes."""
+    """Whether a file is a SQLite database, by its 100-byte header: the magic string
+    and the payload fractions every database has (bytes 21-23: 64, 32, 32). Not by the
+    magic string alone: a text trace that happens to start with it (a line of garbage
+    before the runs) is read as text, and its runs are not lost."""
     if path == "-":
         return False
     try:
         with open(path, "rb") as fh:
-            return fh.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+            header = fh.read(_SQLITE_HEADER)
     except OSError:
         return False
+    return header.startswith(_SQLITE_MAGIC) and header[21:24] == _SQLITE_FRACTIONS
 
 
 def looks_like(obj: Any) -> bool:
