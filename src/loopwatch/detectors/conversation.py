@@ -292,8 +292,9 @@ class RestatedReply(Detector):
             ctx,
             st,
             st.count,
-            f"You have told the user the same thing {st.count + 1} times with nothing new "
-            f"in between (latest: {preview(text, 80)!r}).",
+            text,
+            "You have told the user the same thing {n} times with nothing new in between "
+            "(latest: {latest!r}).",
             (
                 "Answer what the user asks, act on what you were told, or offer another way.",
                 "The conversation is going round: stop repeating it; hand over, act, or end it.",
@@ -318,8 +319,9 @@ class RestatedReply(Detector):
             ctx,
             st,
             st.asks,
-            f"You have asked the user for the same thing {st.asks + 1} times and they have "
-            f"not given it (latest: {preview(text, 80)!r}).",
+            text,
+            "You have asked the user for the same thing {n} times and they have not given "
+            "it (latest: {latest!r}).",
             (
                 "Go on with what the user did give, or offer another way.",
                 "The user is not giving it: stop asking; go on without it, hand over, or end it.",
@@ -332,12 +334,15 @@ class RestatedReply(Detector):
         ctx: Context,
         st: ReplyState,
         count: int,
+        text: str,
         said: str,
         actions: tuple[str, str],
         pattern: str,
     ) -> Finding | None:
-        """Note the user turn as evidence; the finding ``count`` calls for, if any
-        (``actions``: what to do instead, when warned and when stopped)."""
+        """Note the user turn as evidence; the finding ``count`` calls for, if any.
+        ``said`` is formatted (``n``: the times said, ``latest``: the reply's preview)
+        only when there is a finding: most counted replies call for none. ``actions``:
+        what to do instead, when warned and when stopped."""
         if not st.steps or st.steps[-1] != ctx.step:
             st.steps.append(ctx.step)
             trim(st.steps, _STEPS_MAX)
@@ -345,4 +350,5 @@ class RestatedReply(Detector):
         if severity is None:
             return None
         action = actions[0] if severity is Severity.WARN else actions[1]
-        return Finding(self.name, severity, ctx.step, tuple(st.steps), f"{said} {action}", pattern)
+        message = said.format(n=count + 1, latest=preview(text, 80)) + " " + action
+        return Finding(self.name, severity, ctx.step, tuple(st.steps), message, pattern)
