@@ -168,7 +168,9 @@ def test_config_file_changes_the_scan_and_config_prints_it(
     assert "warn_after" in capsys.readouterr().err
 
 
-def test_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_runs(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # wide enough for whole run ids: at 80 columns the table shortens them (its own test)
+    monkeypatch.setenv("COLUMNS", "160")
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
     assert "research-alternation-loop" in out

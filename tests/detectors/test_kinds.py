@@ -325,6 +325,61 @@ def test_a_user_who_gives_what_was_asked_restarts_the_asking() -> None:
     assert report.first_stop is None
 
 
+DEFERS_WITH_DETAILS = [
+    "I don't have it handy. The flight was from ATL to PHL on May 12.",
+    "Let me check my email. Meanwhile: I want the 8:00 flight, seat 14C.",
+    "I'll look for it later. Can the new date be 2024-05-13?",
+    "Still searching for it. My member number is 55120, if that helps.",
+    "I can't find it, sorry. Budget is 300 dollars at most.",
+    "I'll get back to you.",
+]
+ONCE_YOU_HAVE_IT = [
+    "Once you have the reservation ID, please let me know and I will make the change.",
+    "Thank you. Once you have the reservation ID, please let me know and I can go on.",
+    "Noted. Once you have the reservation ID, please let me know so I can book it.",
+    "Good. Once you have the reservation ID, please let me know and we will proceed.",
+    "Understood. Once you have the reservation ID, please let me know, I will be here.",
+    "Once you have the reservation ID, please let me know.",
+]
+
+
+def test_asking_again_while_the_user_defers_with_other_details_is_a_loop() -> None:
+    """Each user turn brings something specific (a route, a seat, a date, a number),
+    but says they do not have what was asked for: the agent never uses what it got and
+    asks for the same thing again. Each reply also restates the one before: both
+    counts go on, and the asking one stops at the 5th ask."""
+    report = scan(run(talk(ONCE_YOU_HAVE_IT, DEFERS_WITH_DETAILS)), Config())
+    assert (report.first_warn, report.first_stop) == (10, 12)
+    stop = next(f for f in report.findings if f.severity.value == "stop")
+    assert "asked the user for the same thing 5" in stop.message
+
+
+def test_details_given_without_deferring_restart_the_asking() -> None:
+    users = [said.split(". ", 1)[-1] for said in DEFERS_WITH_DETAILS]  # details only
+    report = scan(run(talk(ASKS_AGAIN, users)), Config())
+    assert report.first_stop is None
+
+
+def test_an_offer_of_more_help_after_each_answer_asks_for_nothing() -> None:
+    """'If you have any other questions, please let me know' closes many support
+    replies: it does not carry the answer before it into a request."""
+    replies = [
+        f"Flight {n} leaves at {h}:00 from gate B{n % 9}. If you have any other questions, "
+        "please let me know."
+        for n, h in ((101, 8), (202, 9), (303, 10), (404, 11), (505, 12), (606, 13))
+    ]
+    users = [
+        "And the next one?",
+        "What about the one after?",
+        "And then?",
+        "Next one.",
+        "More?",
+        "Thanks",
+    ]
+    report = scan(run(talk(replies, users)), Config())
+    assert report.verdict == "ok", report.to_dict()
+
+
 def test_messages_to_another_agent_are_not_replies() -> None:
     events: Events = [{"kind": "user", "text": "Go"}]
     for refusal in REFUSALS:

@@ -53,10 +53,21 @@ _ASKING: Final = frozenset(
     [
         "provide", "share", "send", "confirm", "tell", "give", "want", "specify", "clarify",
         "verify", "check", "kindly", "mind", "lets", "details", "detail", "information",
-        "info", "okay", "ok",
+        "info", "okay", "ok", "other",
     ]
 )  # fmt: skip
+# Words by which a request points back at the sentence before it ("Without the
+# reservation number I cannot go on. Can you provide it?").
+_BACK: Final = frozenset(["it", "that", "this", "them", "these", "those", "one"])
 _ASKED_MAX: Final = 24  # words of what a reply asks for, kept until the next reply
+# A user turn saying they do not have what was asked for, or will look for it later.
+_DEFERS: Final = re.compile(
+    r"\b(?:(?:don'?t|do not|didn'?t|did not|haven'?t|have not) (?:have|know|remember|see"
+    r"|find)|(?:can'?t|cannot|couldn'?t|could not|unable to) (?:find|locate|remember|recall"
+    r"|access)|not (?:handy|with me|on me)|(?:let me|i'?ll|i will|i need to|i'?m going to)"
+    r" (?:check|look|search|dig|find|get back)|(?:still|while i'?m|while i am) (?:looking"
+    r"|searching|checking)|get back to you)\b"
+)
 
 
 def _asked_for(text: str) -> list[int]:
@@ -72,11 +83,18 @@ def _asked_for(text: str) -> list[int]:
     for i, sentence in enumerate(sentences):
         if "?" not in sentence and _ASKS.search(sentence.lower()) is None:
             continue
-        for part in (sentences[i - 1], sentence) if i else (sentence,):
-            for word in split_words(part):
-                if word not in _FILLER and word not in _ASKING and len(word) >= 2:
-                    asked.add(xxhash.xxh32_intdigest(word.encode("utf-8", "surrogatepass")))
+        words = split_words(sentence)
+        if i and not _BACK.isdisjoint(words):
+            words += split_words(sentences[i - 1])
+        for word in words:
+            if word not in _FILLER and word not in _ASKING and len(word) >= 2:
+                asked.add(xxhash.xxh32_intdigest(word.encode("utf-8", "surrogatepass")))
     return sorted(asked)[:_ASKED_MAX]
+
+
+def _defers(text: str) -> bool:
+    """Whether a user turn says they do not have what was asked for (yet)."""
+    return _DEFERS.search(text.lower()) is not None
 
 
 def _tokens(text: str) -> list[int]:
@@ -190,7 +208,11 @@ class RestatedReply(Detector):
     Progress restarts the count: a tool result not seen before (the agent looked
     something up, a change went through), or a user turn that brings something
     specific (an id, a code, a number: RunState.news_step). A user who defers,
-    insists or thanks does not.
+    insists or thanks does not; nor, for asking again, does a user who brings other
+    details but says they do not have what was asked for ("I don't have it handy; the
+    flight was from ATL", "let me check my email"): asked a 5th time for it, with
+    nothing the user gave put to use, the agent is stopped. A reply can restate the
+    last one and ask again at once: both counts go on.
 
     Deliberately ignores: messages between agents (``to`` another agent), replies
     followed by a tool call (the agent acted), and repetition that comes with new
@@ -225,7 +247,15 @@ class RestatedReply(Detector):
     asks again at most twice in a row (5 runs; 30 once), so the warning (the 3rd time)
     and the stop (the 4th) reach none of them; of the 12 loops, one asks again 3 times
     (stopped as a restatement already). No other source of the corpus has a reply
-    that asks again: their agents talk to tools or to other agents.
+    that asks again: their agents talk to tools or to other agents. Keeping the count
+    across a user turn that defers while it brings other details, and counting a reply
+    that restates and asks again in both counts: one more labelled loop stopped (an
+    agent asking for a reservation number five times while the user, still looking
+    for it, adds route, date and budget) and one more warned; no other change on the 8
+    sources (no new warning or stop on a run labelled not-a-loop or solved). Either
+    change alone stops nothing more. A request counts the sentence before it only when
+    it points back at it ("can you provide *it*?"): "if you have any other questions,
+    please let me know" asks for nothing, whatever the answer before it said.
     """
 
     name = "restated_reply"
@@ -269,7 +299,14 @@ class RestatedReply(Detector):
         acted, st.acted = st.acted, False
         finding = None if reply is None else self._judge(ctx, st, redact(reply), acted)
         if ctx.state.news_step == ctx.step and (st.replies or st.asked):
-            st.restart()
+            if st.asked and _defers(ev.text):
+                # The user brought something else and says they do not have what was
+                # asked for ("I don't have it handy, but the flight was from ATL"):
+                # asking for it again is still asking again.
+                st.replies = []
+                st.count = 0
+            else:
+                st.restart()
         return finding
 
     def _judge(self, ctx: Context, st: ReplyState, text: str, acted: bool) -> Finding | None:
@@ -282,13 +319,15 @@ class RestatedReply(Detector):
         )
         st.replies.append(reply)
         trim(st.replies, _REPLIES_MAX)
+        # A reply may restate the last one and ask again for the same thing: both
+        # counts go on, and the stronger finding of the two is the answer.
+        asking = self._asks_again(ctx, st, text, acted)
         if not restates:
-            return self._asks_again(ctx, st, text, acted)
-        st.asked = _asked_for(text)
+            return asking
         st.count += 1
         if st.count == 1:
             st.start = ctx.step
-        return self._finding(
+        restating = self._finding(
             ctx,
             st,
             st.count,
@@ -301,6 +340,9 @@ class RestatedReply(Detector):
             ),
             f"reply@{st.start}",
         )
+        if asking is not None and (restating is None or asking.severity is Severity.STOP):
+            return asking
+        return restating
 
     def _asks_again(self, ctx: Context, st: ReplyState, text: str, acted: bool) -> Finding | None:
         """A reply asking the user, in new words, for what the reply before asked for
