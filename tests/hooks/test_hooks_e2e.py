@@ -545,6 +545,8 @@ class ChatScript(Script):
                  arg: str = "command") -> None:  # fmt: skip
         super().__init__(commands, stubborn)
         self.tool, self.arg = tool, arg
+        self.last: str | None = None  # the command of the last request answered
+        self.retries = 0  # requests the CLI sent again unchanged
 
     def results(self, request: dict[str, Any]) -> list[str]:
         texts = []
@@ -563,8 +565,14 @@ class ChatScript(Script):
             n = len(self.seen)
             command = None
             if request.get("tools"):  # not a side request (a title)
-                self.seen.append(request)
-                command = self.next_command(self.results(request))
+                if self.seen and request.get("messages") == self.seen[-1].get("messages"):
+                    # the CLI's HTTP client sent the same request again (a retry on a
+                    # slow answer, under load): the same answer, and not another turn
+                    self.retries += 1
+                    n, command = n - 1, self.last
+                else:
+                    self.seen.append(request)
+                    command = self.last = self.next_command(self.results(request))
         delta: dict[str, Any]
         if command is None:
             delta, finish = {"role": "assistant", "content": "Stopping here."}, "stop"
