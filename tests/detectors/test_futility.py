@@ -112,6 +112,45 @@ def test_re_applying_the_same_edit_is_not_progress() -> None:
     assert first_warn is not None and first_stop is not None
 
 
+def compare_by_reverting(events: Events) -> Events:
+    """Fix, test (passes), revert the fix (the test fails again), re-apply it (passes):
+    what an agent does to check that its fix is what makes the test pass."""
+    fix = {"file_path": "/app/m.py", "old_string": "a", "new_string": "b"}
+    revert = {"file_path": "/app/m.py", "old_string": "b", "new_string": "a"}
+    for edit in (fix, revert, fix):
+        events += tool("Edit", edit, "ok")
+        passed = edit is fix
+        events += tool("Read", {"file_path": "/app/m.py"}, "b = 1" if passed else "a = 1")
+        events += tool("Bash", {"command": "pytest t.py"}, "1 passed" if passed else "1 failed")
+    return events
+
+
+def test_a_fix_reverted_and_re_applied_to_compare_is_not_futile() -> None:
+    start: Events = tool("Bash", {"command": "pytest t.py"}, "1 failed")
+    # the re-applied fix, the file read again, the test passing again: each an outcome
+    # seen before, but each moved since the same call's last result
+    assert firsts(only(compare_by_reverting(start))) == (None, None)
+
+
+def test_a_toggle_flipping_back_and_forth_is_still_futile() -> None:
+    """The same call back to back whose result flips: no work in between moved it."""
+    events: Events = []
+    for i in range(10):
+        events += tool("toggle", {"room": "kitchen"}, "on" if i % 2 == 0 else "off")
+    first_warn, first_stop = firsts(only(events))
+    assert first_warn is not None and first_stop is not None
+
+
+def test_flip_flopping_between_two_fixes_is_still_futile() -> None:
+    """Each return of the test's outcome is excused, but the re-applied edits are the
+    same calls with the same "ok": no new change, again and again."""
+    events: Events = tool("Bash", {"command": "pytest t.py"}, "1 failed")
+    for _ in range(4):
+        events = compare_by_reverting(events)
+    first_warn, first_stop = firsts(only(events))
+    assert first_warn is not None and first_stop is not None
+
+
 def test_new_results_are_progress_even_from_one_command() -> None:
     events: Events = []
     for i in range(12):

@@ -63,6 +63,24 @@ def _new_exact(ctx: Context, rec: CallRecord) -> bool:
     return not any(c.key == key for c in ctx.calls if c is not rec)
 
 
+def _moved(ctx: Context, rec: CallRecord) -> bool:
+    """Whether the same call (normalised key), made before in the window with other
+    calls after it, got another result last time: what the agent did in between
+    changed the outcome (a fix reverted to compare, then re-applied: the test fails
+    after the revert and passes again after). A call repeated back to back whose result
+    flips (a toggle) moved nothing by the work in between: there was none."""
+    norm = rec.norm
+    between = False
+    for earlier in reversed(ctx.calls):
+        if earlier is rec or earlier.step >= rec.step:
+            continue
+        if earlier.norm != norm:
+            between = True
+            continue
+        return between and earlier.result is not None and earlier.result != rec.result
+    return False
+
+
 def _asks_anew(ctx: Context, rec: CallRecord) -> bool:
     """Whether a new call that got a result seen before asked something specific that
     the call which got it first did not: another date, route, id or number (a trip
@@ -101,6 +119,15 @@ class Futility(Detector):
     outcome, a new call acknowledged with a bare "ok" (an edit or a write changed
     something), or new user input. An error with a new outcome neither counts nor resets: it is new
     information, but not success (trying variants that all fail differently).
+
+    A result seen before is excused when the same call got another result last time
+    and other calls came in between (:func:`_moved`): the work in between changed the
+    outcome, as when a fix is reverted to compare and re-applied (the test fails, then
+    passes again; the file read shows each version again). Measured on the 8 sources:
+    3 warnings fewer on solved SWE-bench runs not labelled loops (a fix reverted and
+    re-applied, builds re-run after each change), 3 warnings or stops 2-3 events later,
+    no loop stopped less; a toggle flipped back to back is still futile, and so is
+    flip-flopping between two fixes (the re-applied edits are the same calls).
 
     Evidence accumulates across these kinds, so a run mixing no-ops, re-reads and the
     same error in new words is caught as one loop rather than three short ones.
@@ -158,6 +185,8 @@ class Futility(Detector):
             # found." from a new wording of the same search is not progress.
             if rec is not None and rec.novel and _asks_anew(ctx, rec):
                 return None  # another question whose answer overlaps: the plan moves on
+            if rec is not None and not rec.novel and _moved(ctx, rec):
+                return None  # an outcome seen before, but not last time: it moves
             return self._futile(ctx, st, _SAME, tool)
         return self._progress(st)
 
