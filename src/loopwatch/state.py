@@ -37,6 +37,8 @@ import orjson
 import zstandard
 from mypy_extensions import mypyc_attr
 
+from .text import asks_of, echo_digest, echo_values
+
 __all__ = [
     "STATE_VERSION",
     "WARNED_MAX",
@@ -258,13 +260,20 @@ class Tally(Record):
         self.steps: list[int] = [] if steps is None else steps
 
 
+# CallRecord's fields as dump() writes them (its slots also hold what is never written)
+_CALL_FIELDS: Final = (
+    "args", "asks", "echo", "key", "name", "norm", "novel", "poll", "result", "rstep",
+    "shell", "step", "turn",
+)  # fmt: skip
+
+
 @final
 class CallRecord(Record):
     """One tool call in the run's shared window of recent calls."""
 
     __slots__ = (
-        "args", "asks", "echo", "key", "name", "norm", "novel", "poll", "result", "rstep",
-        "shell", "step", "turn",
+        "_asks", "args", "echo", "key", "name", "norm", "novel", "poll", "result", "rstep",
+        "said", "shell", "step", "turn",
     )  # fmt: skip
 
     def __init__(
@@ -288,17 +297,48 @@ class CallRecord(Record):
         self.args = args  # short preview of the arguments, for messages
         self.turn = turn  # the model turn it was issued in (calls of one turn = a batch)
         self.shell = shell  # a shell command line: its output is no page (events.Event.command)
-        # what finds the call's short string arguments in its result (never the values:
-        # events.echo_digest), kept until the result arrives: a result that quotes them
-        # is keyed without them (events.Event.forget_echoes)
+        # The string and number values of the call's short arguments, as given
+        # (text.said_of), in memory only: what its result may quote back
+        # (text.echo_values, until the result arrives) and what it asks about
+        # (``asks``) are read from them when needed. Never written to a store: dump()
+        # writes what they give, fingerprints (the run state keeps no secret at rest).
+        # None for a record read from a store, and for calls whose arguments are not
+        # read (a shell command's output does not quote the command; long arguments).
+        self.said: list[Any] | None = None
+        # what finds the call's short string arguments in its result, for a record read
+        # from a store before its result arrived (text.echo_digest: never the values);
+        # a result that quotes them is keyed without them (events.Event.forget_echoes)
         self.echo: list[list[Any]] = []
-        # fingerprints of the specific things the call asks about (ids, dates, codes,
-        # numbers in its arguments): another date or id is another question
-        self.asks: list[int] = []
+        # fingerprints of the specific things the call asks about (``asks``), once read
+        self._asks: list[int] | None = None
         # a call that waits for something (it sleeps or watches, it repeats a call made
         # before a wait, or its result says the status is pending): polling, which
         # only detectors.wait.WaitBudget judges
         self.poll = False
+
+    @property
+    def asks(self) -> list[int]:
+        """Fingerprints of the specific things the call asks about (ids, dates, codes,
+        numbers in its arguments: text.asks_of): another date or id is another
+        question. Read on first use: most calls are never asked."""
+        asks = self._asks
+        if asks is None:
+            said = self.said
+            asks = self._asks = [] if said is None else asks_of(said)
+        return asks
+
+    def echo_at_rest(self) -> list[list[Any]]:
+        """What finds the call's argument values in its result, as a store keeps it:
+        digests (text.echo_digest), until the result has arrived."""
+        said = self.said
+        if said is None or self.rstep is not None:
+            return self.echo
+        out: list[list[Any]] = []
+        for value in echo_values(said):
+            digest = echo_digest(value)
+            if digest is not None:
+                out.append(digest)
+        return out
 
     # Written out field by field (in slot order, as Record.dump): the window holds 32
     # of these, and native attribute reads cost a fraction of the generic lookup.
@@ -306,7 +346,7 @@ class CallRecord(Record):
         return [
             self.args,
             self.asks,
-            self.echo,
+            self.echo_at_rest(),
             self.key,
             self.name,
             self.norm,
@@ -325,12 +365,17 @@ class CallRecord(Record):
             raise StateError("CallRecord: expected 13 fields")
         args, asks, echo, key, name, norm, novel, poll, result, rstep, shell, step, turn = data
         rec = CallRecord(step, key, norm, name, novel, args, turn, shell)
-        rec.asks = asks
+        rec._asks = asks
         rec.echo = echo
         rec.poll = poll
         rec.result = result
         rec.rstep = rstep
         return rec
+
+    def __repr__(self) -> str:
+        # the fields as a store keeps them (never the argument values held in memory)
+        fields = ", ".join(f"{n}={v!r}" for n, v in zip(_CALL_FIELDS, self.dump(), strict=True))
+        return f"CallRecord({fields})"
 
 
 @final
