@@ -26,9 +26,17 @@ from .fingerprints import (
     reports_pending,
     waiting_tool,
 )
-from .redact import compile_patterns, redact, redact_extra
+from .redact import compile_patterns, redact_extra
 from .state import WARNED_MAX, CallRecord, RunState
-from .text import args_text, echo_values, fingerprint, negative, preview, said_of, specifics
+from .text import (
+    ARGS_PREVIEW_BYTES,
+    args_text,
+    echo_values,
+    fingerprint,
+    negative,
+    said_of,
+    specifics,
+)
 
 __all__ = ["CALL_WINDOW", "Engine", "new_state"]
 
@@ -207,17 +215,21 @@ def _record_call(
         state.epoch += 1
     seen[norm] = seen.get(norm, 0) + 1
     command = event.command
+    known = event.args_known
     rec = CallRecord(
         step,
         event.call_key,
         norm,
         event.name or "",
         novel,
-        _args_preview(event, extra),
+        # the preview is made (and redacted) when a message or a store first reads it
+        None if known else "arguments not recorded",
         state.turn,
         command is not None,
+        event.args_json[:ARGS_PREVIEW_BYTES] if known else b"",
+        extra,
     )
-    if command is None and event.args_known and len(event.args_json) <= _ECHO_ARGS_BYTES:
+    if command is None and known and len(event.args_json) <= _ECHO_ARGS_BYTES:
         # a search, a lookup, a booking: what it asks about, and what its result may
         # quote back (a shell command's output does not quote the command), read from
         # its values when needed (CallRecord.said)
@@ -267,18 +279,6 @@ def _note_seen(state: RunState, key: str) -> bool:
     if len(seen) > _RESULTS_SEEN_MAX:
         del seen[next(iter(seen))]
     return new
-
-
-def _args_preview(event: Event, extra: tuple[Pattern[str], ...]) -> str:
-    """The arguments as messages quote them and the run state keeps them: short, with
-    secrets redacted (the call's fingerprints are computed on the original values)."""
-    if not event.args_known:
-        return "arguments not recorded"
-    raw = event.args_json
-    if len(raw) <= 80:
-        text = redact(raw.decode("utf-8", "replace"))
-        return redact_extra(text, extra) if extra else text
-    return preview(raw[:200].decode("utf-8", "ignore"), extra=extra)
 
 
 def _record_result(state: RunState, event: Event, step: int) -> CallRecord | None:

@@ -31,13 +31,14 @@ import json
 import threading
 from collections.abc import Callable
 from operator import attrgetter
+from re import Pattern
 from typing import Any, ClassVar, Final, Generic, TypeVar, final
 
 import orjson
 import zstandard
 from mypy_extensions import mypyc_attr
 
-from .text import asks_of, echo_digest, echo_values
+from .text import args_preview, asks_of, echo_digest, echo_values
 
 __all__ = [
     "STATE_VERSION",
@@ -272,8 +273,8 @@ class CallRecord(Record):
     """One tool call in the run's shared window of recent calls."""
 
     __slots__ = (
-        "_asks", "args", "echo", "key", "name", "norm", "novel", "poll", "result", "rstep",
-        "said", "shell", "step", "turn",
+        "_args", "_asks", "_raw", "_redact", "echo", "key", "name", "norm", "novel", "poll",
+        "result", "rstep", "said", "shell", "step", "turn",
     )  # fmt: skip
 
     def __init__(
@@ -283,9 +284,11 @@ class CallRecord(Record):
         norm: str,
         name: str,
         novel: bool,
-        args: str,
+        args: str | None,
         turn: int,
         shell: bool = False,
+        raw: bytes = b"",
+        redact: tuple[Pattern[str], ...] = (),
     ) -> None:
         self.step = step  # event index of the tool_call
         self.key = key  # exact call key (tool + canonical arguments)
@@ -294,7 +297,13 @@ class CallRecord(Record):
         self.result: str | None = None  # result key once the result is seen ("E..." = error)
         self.rstep: int | None = None  # event index of the tool_result
         self.novel = novel  # the normalised key was not in the window when called
-        self.args = args  # short preview of the arguments, for messages
+        # The preview of the arguments (``args``), or None until it is first read: made
+        # then from ``_raw`` (the first 200 bytes of the canonical arguments, in memory
+        # only) and redacted, with the user's patterns (``_redact``). Most calls are
+        # never quoted: the preview is made when a message or a store reads it.
+        self._args = args
+        self._raw = raw
+        self._redact = redact
         self.turn = turn  # the model turn it was issued in (calls of one turn = a batch)
         self.shell = shell  # a shell command line: its output is no page (events.Event.command)
         # The string and number values of the call's short arguments, as given
@@ -315,6 +324,16 @@ class CallRecord(Record):
         # before a wait, or its result says the status is pending): polling, which
         # only detectors.wait.WaitBudget judges
         self.poll = False
+
+    @property
+    def args(self) -> str:
+        """A short preview of the arguments, secrets redacted: what messages quote and a
+        store keeps (text.args_preview)."""
+        args = self._args
+        if args is None:
+            args = self._args = args_preview(self._raw, self._redact)
+            self._raw = b""
+        return args
 
     @property
     def asks(self) -> list[int]:
@@ -373,7 +392,7 @@ class CallRecord(Record):
         return rec
 
     def __repr__(self) -> str:
-        # the fields as a store keeps them (never the argument values held in memory)
+        # the fields as a store keeps them (never the arguments held in memory)
         fields = ", ".join(f"{n}={v!r}" for n, v in zip(_CALL_FIELDS, self.dump(), strict=True))
         return f"CallRecord({fields})"
 

@@ -15,11 +15,12 @@ from typing import Any, Final
 import xxhash
 
 from .fingerprints import _LONE, _UTF8, _hexdigest, mask_volatile, maybe_json, normalise_text
-from .redact import MARGIN, redact_prefix
+from .redact import MARGIN, redact, redact_extra, redact_prefix
 
 __all__ = [
     "LONG_WORD",
     "WORD",
+    "args_preview",
     "args_text",
     "asks_of",
     "contentless",
@@ -327,6 +328,21 @@ def preview(value: Any, limit: int = 80, extra: tuple[Pattern[str], ...] = ()) -
     cut = len(text) > limit + MARGIN
     text = redact_prefix(text, limit, extra)
     return text if len(text) <= limit and not cut else text[: limit - 3] + "..."
+
+
+# What an arguments preview reads of the canonical arguments: all of them up to 80 bytes,
+# else the first 200 (cut to 80 characters, a key cut there redacted).
+ARGS_PREVIEW_BYTES: Final = 200
+
+
+def args_preview(raw: bytes, extra: tuple[Pattern[str], ...] = ()) -> str:
+    """The canonical arguments (JSON bytes, or their first 200) as messages quote them
+    and a stored state keeps them: short, with secrets redacted (``extra``: the user's
+    own patterns)."""
+    if len(raw) <= 80:
+        text = redact(raw.decode("utf-8", "replace"))
+        return redact_extra(text, extra) if extra else text
+    return preview(raw[:ARGS_PREVIEW_BYTES].decode("utf-8", "ignore"), extra=extra)
 
 
 def _compact(value: Any) -> str:
