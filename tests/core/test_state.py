@@ -116,11 +116,11 @@ def test_a_slot_of_the_wrong_type_is_an_error() -> None:
 
 
 def test_records_written_field_by_field_keep_the_slot_order() -> None:
-    """CallRecord and Streak write their fields out by hand (speed): the same list,
+    """CallRecord, Streak and Restatement write their fields out by hand (speed): the same list,
     in the same order, as the generic Record.dump reading each slot by name. A
     CallRecord's slots also hold what it never writes (the arguments, in memory only)
     and what it writes once read (``args``, ``asks``, its ``echo`` at rest)."""
-    from loopwatch.state import _CALL_FIELDS, Record, _fields
+    from loopwatch.state import _CALL_FIELDS, Written, _fields
 
     in_memory = {"said", "_raw", "_redact"}
     assert list(_CALL_FIELDS) == sorted(
@@ -128,7 +128,7 @@ def test_records_written_field_by_field_keep_the_slot_order() -> None:
     )
     checked = set()
     for state in replayed() + replayed("intent.jsonl"):
-        records: list[Record] = list(state.calls)
+        records: list[Written] = list(state.calls)
         for slot in state.slots.values():
             records += list(getattr(slot, "by_key", {}).values())
         for rec in records:
@@ -142,4 +142,4 @@ def test_records_written_field_by_field_keep_the_slot_order() -> None:
             assert rec.dump() == generic
             assert type(rec).load(rec.dump()).dump() == generic
             checked.add(type(rec).__name__)
-    assert {"CallRecord", "Streak"} <= checked
+    assert {"CallRecord", "Streak", "Restatement"} <= checked

@@ -11,7 +11,7 @@ from ..fingerprints import (
     reports_failure,
     sketch_similarity,
 )
-from ..state import CallRecord, KeyedState, Record, StateError
+from ..state import CallRecord, KeyedState, StateError, Written
 from ..text import contentless
 from .base import Context, Detector, severity_for, trim
 
@@ -35,8 +35,9 @@ _ADDRESS_WITHIN = 400
 
 
 @final
-class Streak(Record):
-    """One call's current streak of calls that brought nothing new."""
+class Streak(Written):
+    """One call's current streak of calls that brought nothing new (written field by
+    field: one is made for every new call, see state.Written)."""
 
     __slots__ = (
         "count", "epoch", "exact", "key", "moves", "result", "results", "sketch", "steps",

@@ -68,15 +68,20 @@ class MemoryStore(Store):
             if now >= self._next_sweep:
                 self._expire(now)
             runs = self._runs
-            item = runs.pop(run_id, None)
-            ttl = self.ttl_seconds
-            if item is None or (ttl is not None and now - item[0] > ttl):
-                state = factory()  # new, or idle past its TTL: starts afresh
+            item = runs.get(run_id)
+            if item is None:
+                state = factory()
+                runs[run_id] = (now, state)  # a new key goes to the most recently used end
+                if len(runs) > self.max_runs:
+                    runs.popitem(last=False)
             else:
-                state = item[1]
-            runs[run_id] = (now, state)  # the most recently used end
-            if len(runs) > self.max_runs:
-                runs.popitem(last=False)
+                ttl = self.ttl_seconds
+                # idle past its TTL: starts afresh
+                state = factory() if ttl is not None and now - item[0] > ttl else item[1]
+                runs[run_id] = (now, state)
+                # to the most recently used end: a link moved, where a pop and an insert
+                # free and make one (and leave a hole in the dict)
+                runs.move_to_end(run_id)
             return fn(state)
 
     def _expire(self, now: float) -> None:
