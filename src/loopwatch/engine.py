@@ -274,7 +274,9 @@ def _note_seen(state: RunState, key: str) -> bool:
     once per event and the run keeps one bounded set of fingerprints, not one each.
     """
     seen = state.rseen
-    new = seen.pop(key, None) is None
+    new = key not in seen
+    if not new:
+        del seen[key]  # re-inserted below: most recent last (native, where pop() is a call)
     seen[key] = state.n
     if len(seen) > _RESULTS_SEEN_MAX:
         del seen[next(iter(seen))]

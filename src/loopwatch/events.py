@@ -261,26 +261,32 @@ class Event:
         A missing or non-string ``kind`` becomes ``""`` (ignored by detectors but
         keeps its index); ``text`` that is not a string is JSON-encoded.
         """
-        get = data.get
-        kind = get("kind")
-        text = get("text")
+        # a dict read with native lookups in the compiled build (a bound ``get`` per
+        # event, called 13 times, cost 0.2 us); another mapping is read as a dict of it
+        fields_of: dict[str, Any] = data if type(data) is dict else dict(data)
+        return cls._of_dict(fields_of)
+
+    @classmethod
+    def _of_dict(cls, data: dict[str, Any]) -> Event:
+        kind = data.get("kind")
+        text = data.get("text")
         if text is None:
             text = ""
         elif not isinstance(text, str):
             text = _sorted_json(text).decode()
-        name = get("name")
-        ident = get("id")
-        parent = get("parent")
-        unknown_fields = get("unknown")
+        name = data.get("name")
+        ident = data.get("id")
+        parent = data.get("parent")
+        unknown_fields = data.get("unknown")
         fields = cls._FIELDS
         # the common case first: no field beyond FORMAT.md's (no set built)
         extra = None if fields.issuperset(data) else {k: data[k] for k in data.keys() - fields}
-        typ = get("type")
-        agent = get("agent")
-        to = get("to")
-        tokens = get("tokens")
-        cost = get("cost")
-        error = get("error")
+        typ = data.get("type")
+        agent = data.get("agent")
+        to = data.get("to")
+        tokens = data.get("tokens")
+        cost = data.get("cost")
+        error = data.get("error")
         # no flag recorded: a result whose text says it failed did fail
         failed = (
             error in _TRUE if error is not None else kind == TOOL_RESULT and looks_like_error(text)
@@ -290,7 +296,7 @@ class Event:
         return Event(
             kind if isinstance(kind, str) else "",
             None if name is None else str(name),
-            get("args"),
+            data.get("args"),
             text,
             None if ident is None else str(ident),
             None if parent is None else str(parent),

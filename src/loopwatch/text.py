@@ -248,7 +248,8 @@ def said_of(args: Any) -> list[Any]:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             said.append(value)
         elif isinstance(value, dict):
-            todo.extend(value.values())
+            for item in value.values():  # not extend(): it copies the view to a list first
+                todo.append(item)
         elif isinstance(value, list):
             todo.extend(value)
     return said

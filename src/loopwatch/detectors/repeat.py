@@ -186,7 +186,9 @@ class RepeatedCall(Detector):
                     # one will too (a failure may be a hiccup: it waits for stop_at)
                     return self._finding(ctx, rec, entry, Severity.WARN)
             return None
-        entry = streaks.pop(norm, None)
+        entry = streaks.get(norm)  # get and del: native, where pop() is a method call
+        if entry is not None:
+            del streaks[norm]
         epoch = ctx.epoch
         if entry is None or not self._continues(ctx, entry, epoch):
             last = entry.result if entry is not None else None  # kept for the window count
