@@ -168,7 +168,7 @@ class RepeatedCall(Detector):
         rec = ctx.call
         if rec is None or rec.poll:
             return None  # checking again on something waited for: WaitBudget judges it
-        streaks = ctx.state.slot(self.name, RepeatState).by_key
+        streaks = ctx.state.slot(self.slot_name(), RepeatState).by_key
         norm = rec.norm
         if ctx.event.kind == TOOL_RESULT:
             entry = streaks.get(norm)

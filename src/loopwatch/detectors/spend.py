@@ -160,7 +160,7 @@ class SpendVelocity(Detector):
     def observe(self, ctx: Context) -> Finding | None:
         ev = ctx.event
         slots = ctx.state.slots
-        name = self.name
+        name = self.slot_name()
         if name not in slots and not (ev.tokens > 0 or ev.cost > 0):
             # Nothing to measure until the run records spend; most events of most
             # runs stop here, before any novelty bookkeeping (hot path).
@@ -238,7 +238,7 @@ class _Cap(Detector):
         raise NotImplementedError  # pragma: no cover - abstract
 
     def observe(self, ctx: Context) -> Finding | None:
-        st = ctx.state.slot(self.name, CapTotal)
+        st = ctx.state.slot(self.slot_name(), CapTotal)
         amount = self._amount(ctx, st)
         if amount is None:
             return None

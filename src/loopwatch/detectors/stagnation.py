@@ -122,7 +122,7 @@ class Stagnation(Detector):
         return jaccard(wa, wb) >= self.similarity
 
     def observe(self, ctx: Context) -> Finding | None:
-        agents = ctx.state.slot(self.name, StagnationState).by_key
+        agents = ctx.state.slot(self.slot_name(), StagnationState).by_key
         if ctx.event.kind == TOOL_CALL:
             if agents:
                 agents.clear()  # the agent acted: outputs before and after are not "in a row"
