@@ -12,25 +12,31 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from re import Pattern
-from typing import Any, Final
+from typing import Final
 
 from mypy_extensions import mypyc_attr
-from xxhash import xxh32_intdigest
 
 from .detectors.base import Context, Detector
-from .events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER, Event, echo_digest
+from .events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER, Event
 from .findings import Finding, Severity
 from .fingerprints import (
     declared_wait,
     is_reflection,
-    maybe_json,
     reflection_tool,
     reports_pending,
     waiting_tool,
 )
-from .redact import compile_patterns, redact, redact_extra
+from .redact import compile_patterns, redact_extra
 from .state import WARNED_MAX, CallRecord, RunState
-from .text import args_text, fingerprint, negative, preview, specifics
+from .text import (
+    ARGS_PREVIEW_BYTES,
+    args_text,
+    echo_values,
+    fingerprint,
+    negative,
+    said_of,
+    specifics,
+)
 
 __all__ = ["CALL_WINDOW", "Engine", "new_state"]
 
@@ -209,20 +215,25 @@ def _record_call(
         state.epoch += 1
     seen[norm] = seen.get(norm, 0) + 1
     command = event.command
+    known = event.args_known
     rec = CallRecord(
         step,
         event.call_key,
         norm,
         event.name or "",
         novel,
-        _args_preview(event, extra),
+        # the preview is made (and redacted) when a message or a store first reads it
+        None if known else "arguments not recorded",
         state.turn,
         command is not None,
+        event.args_json[:ARGS_PREVIEW_BYTES] if known else b"",
+        extra,
     )
-    if command is None and event.args_known and len(event.args_json) <= _ECHO_ARGS_BYTES:
+    if command is None and known and len(event.args_json) <= _ECHO_ARGS_BYTES:
         # a search, a lookup, a booking: what it asks about, and what its result may
-        # quote back (a shell command's output does not quote the command)
-        rec.echo, rec.asks = _echoes(event.args)
+        # quote back (a shell command's output does not quote the command), read from
+        # its values when needed (CallRecord.said)
+        rec.said = said_of(event.args)
     calls = state.calls
     if waiting_tool(event.name) or (command is not None and declared_wait(command) is not None):
         rec.poll = True
@@ -254,70 +265,6 @@ def _record_call(
 # A call's arguments whose string values a result may quote back: read from calls whose
 # canonical arguments are this short (a search, a click, an id; not a file written).
 _ECHO_ARGS_BYTES: Final = 600
-_ECHO_VALUES: Final = 3
-_ECHO_CHARS: Final = 200
-_ECHO_NODES: Final = 64
-_ASKS_MAX: Final = 8
-_SPEC_MASK: Final = 0xFFFFF  # 20 bits a specific: a chance collision among 8 is ~1e-5
-_WORD_EDGES: Final = ".,;:!?()[]{}<>\"'`"
-
-
-def _echoes(args: Any) -> tuple[list[list[Any]], list[int]]:
-    """What finds up to 3 string values of a call's arguments (6 to 200 characters) in
-    its result (:func:`~loopwatch.events.echo_digest`: never the values themselves, the
-    run state keeps no secret), and the fingerprints of the specific things it asks about
-    (:func:`~loopwatch.text.specifics`: ids, dates, codes, numbers; at most 8)."""
-    echoes: list[list[Any]] = []
-    asks: list[int] = []
-    todo = [maybe_json(args)]
-    budget = _ECHO_NODES  # a bounded walk: arguments built in Python may contain themselves
-    while todo and budget:
-        budget -= 1
-        value = todo.pop()
-        if isinstance(value, str):
-            if len(value) <= _ECHO_CHARS and len(echoes) < _ECHO_VALUES:
-                digest = echo_digest(value)
-                if digest is not None:
-                    echoes.append(digest)
-            if len(asks) < _ASKS_MAX:
-                _asked(value, asks)
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            if len(asks) < _ASKS_MAX:
-                asks.append(_spec_id(str(value)))
-        elif isinstance(value, dict):
-            todo.extend(value.values())
-        elif isinstance(value, list):
-            todo.extend(value)
-    return echoes, asks
-
-
-def _asked(value: str, asks: list[int]) -> None:
-    """Add to ``asks`` the specific words of an argument's first 200 characters: those
-    with a digit, ``_``, ``@`` or ``#`` (an id, a date, a flight), and codes of three
-    capitals or more (an airport). A plain word is read with one C call (``isalpha``):
-    this runs on every call that is not a shell command."""
-    for word in value[:_ECHO_CHARS].split():
-        word = word.strip(_WORD_EDGES)
-        if len(word) < 2 or len(asks) >= _ASKS_MAX:
-            continue
-        if word.isalpha():
-            if len(word) >= 3 and word.isupper():
-                asks.append(_spec_id(word.lower()))
-        elif _has_mark(word):
-            asks.append(_spec_id(word.lower()))
-
-
-def _has_mark(word: str) -> bool:
-    """Whether a word holds a digit, ``_``, ``@`` or ``#``: a loop, not ``any()`` over a
-    generator (a generator object per word cost most of :func:`_asked`)."""
-    for c in word:  # noqa: SIM110 - any() over a generator is the cost this saves
-        if c.isdigit() or c in "_@#":
-            return True
-    return False
-
-
-def _spec_id(token: str) -> int:
-    return xxh32_intdigest(token.encode("utf-8", "surrogatepass")) & _SPEC_MASK
 
 
 def _note_seen(state: RunState, key: str) -> bool:
@@ -327,23 +274,13 @@ def _note_seen(state: RunState, key: str) -> bool:
     once per event and the run keeps one bounded set of fingerprints, not one each.
     """
     seen = state.rseen
-    new = seen.pop(key, None) is None
+    new = key not in seen
+    if not new:
+        del seen[key]  # re-inserted below: most recent last (native, where pop() is a call)
     seen[key] = state.n
     if len(seen) > _RESULTS_SEEN_MAX:
         del seen[next(iter(seen))]
     return new
-
-
-def _args_preview(event: Event, extra: tuple[Pattern[str], ...]) -> str:
-    """The arguments as messages quote them and the run state keeps them: short, with
-    secrets redacted (the call's fingerprints are computed on the original values)."""
-    if not event.args_known:
-        return "arguments not recorded"
-    raw = event.args_json
-    if len(raw) <= 80:
-        text = redact(raw.decode("utf-8", "replace"))
-        return redact_extra(text, extra) if extra else text
-    return preview(raw[:200].decode("utf-8", "ignore"), extra=extra)
 
 
 def _record_result(state: RunState, event: Event, step: int) -> CallRecord | None:
@@ -372,8 +309,10 @@ def _record_result(state: RunState, event: Event, step: int) -> CallRecord | Non
                     break
     if rec is None:
         return None
-    if rec.echo or event.id is not None:
-        event.forget_echoes(rec.echo, event.id)
+    said = rec.said
+    values = echo_values(said) if said is not None and rec.rstep is None else None
+    if rec.echo or values or event.id is not None:
+        event.forget_echoes(rec.echo, event.id, values)
         rec.echo = []
     rec.result = event.result_key
     rec.rstep = step

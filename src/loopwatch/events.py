@@ -29,6 +29,7 @@ from .fingerprints import (
     page_sketch,
     shell_command,
 )
+from .text import _ECHO_PREFIX, echo_digest
 
 __all__ = [
     "KINDS",
@@ -104,18 +105,7 @@ def _never_equal() -> str:
 
 
 _TS_FIELDS: Final = ("ts", "timestamp", "time")
-_ECHO_MIN: Final = 6  # shorter argument values are words any result may hold
 _ECHO_WITHIN: Final = 400  # a result quotes its request at its start ("Could not find [q]")
-_ECHO_PREFIX: Final = 4  # characters of a value kept to find it again (never the value)
-
-
-def echo_digest(value: str) -> list[Any] | None:
-    """What finds an argument value in a result without keeping the value: its first 4
-    characters, its length and a hash of it; None for a value too short (under 6
-    characters) to be more than a word any result may hold."""
-    if len(value) < _ECHO_MIN:
-        return None
-    return [value[:_ECHO_PREFIX], len(value), _hexdigest(value.encode(_UTF8, _LONE))]
 
 
 def event_time(extra: dict[str, Any] | None) -> float | None:
@@ -151,6 +141,29 @@ def _signature(text: str, error: bool, coarse: bool) -> str:
             _OUTCOME_CACHE.clear()
         _OUTCOME_CACHE[raw] = key
     return key
+
+
+def _forget(
+    text: str, prefix: str, length: int, value: str | None, digest: str | None
+) -> tuple[str, bool]:
+    """``text`` with each quote of one argument value among its first 400 characters
+    replaced by an ellipsis: where ``prefix`` starts, the next ``length`` characters
+    equal to ``value`` (or, read from a store, hashing to ``digest``)."""
+    found = False
+    at = text.find(prefix, 0, _ECHO_WITHIN)
+    while at >= 0:
+        end = at + length
+        quoted = text[at:end]
+        if value is not None:
+            same = quoted == value
+        else:
+            same = _hexdigest(quoted.encode(_UTF8, _LONE)) == digest
+        if same:
+            text = text[:at] + "\u2026" + text[end:]
+            found = True
+            end = at + 1
+        at = text.find(prefix, end, _ECHO_WITHIN)
+    return text, found
 
 
 def _float(value: Any) -> float:
@@ -248,26 +261,32 @@ class Event:
         A missing or non-string ``kind`` becomes ``""`` (ignored by detectors but
         keeps its index); ``text`` that is not a string is JSON-encoded.
         """
-        get = data.get
-        kind = get("kind")
-        text = get("text")
+        # a dict read with native lookups in the compiled build (a bound ``get`` per
+        # event, called 13 times, cost 0.2 us); another mapping is read as a dict of it
+        fields_of: dict[str, Any] = data if type(data) is dict else dict(data)
+        return cls._of_dict(fields_of)
+
+    @classmethod
+    def _of_dict(cls, data: dict[str, Any]) -> Event:
+        kind = data.get("kind")
+        text = data.get("text")
         if text is None:
             text = ""
         elif not isinstance(text, str):
             text = _sorted_json(text).decode()
-        name = get("name")
-        ident = get("id")
-        parent = get("parent")
-        unknown_fields = get("unknown")
+        name = data.get("name")
+        ident = data.get("id")
+        parent = data.get("parent")
+        unknown_fields = data.get("unknown")
         fields = cls._FIELDS
         # the common case first: no field beyond FORMAT.md's (no set built)
         extra = None if fields.issuperset(data) else {k: data[k] for k in data.keys() - fields}
-        typ = get("type")
-        agent = get("agent")
-        to = get("to")
-        tokens = get("tokens")
-        cost = get("cost")
-        error = get("error")
+        typ = data.get("type")
+        agent = data.get("agent")
+        to = data.get("to")
+        tokens = data.get("tokens")
+        cost = data.get("cost")
+        error = data.get("error")
         # no flag recorded: a result whose text says it failed did fail
         failed = (
             error in _TRUE if error is not None else kind == TOOL_RESULT and looks_like_error(text)
@@ -277,7 +296,7 @@ class Event:
         return Event(
             kind if isinstance(kind, str) else "",
             None if name is None else str(name),
-            get("args"),
+            data.get("args"),
             text,
             None if ident is None else str(ident),
             None if parent is None else str(parent),
@@ -424,34 +443,35 @@ class Event:
             self._result_key = key
         return key
 
-    def forget_echoes(self, echoes: list[list[Any]], ident: str | None = None) -> None:
+    def forget_echoes(
+        self, echoes: list[list[Any]], ident: str | None = None, values: list[str] | None = None
+    ) -> None:
         """Key this result as if it did not quote its request: a result that echoes its
         call's arguments or id ("Could not find [famous bhavageete by Arun Date]",
         "call_8f2a: done") would otherwise differ from the same answer to a reworded
-        call only by the echo. ``echoes`` are :func:`echo_digest` of the values (a value
-        is never kept whole, it may hold a secret); ``ident`` is the call's id. Both are
-        looked for in the result's first 400 characters. The text itself is kept
+        call only by the echo. ``values`` are the call's argument values as given
+        (:func:`~loopwatch.text.echo_values`, held in memory only), ``echoes`` what finds
+        them when the call's record was read from a store (:func:`echo_digest`: a value
+        is never kept whole at rest, it may hold a secret); ``ident`` is the call's id.
+        All are looked for in the result's first 400 characters, each found the same way
+        (a value's first 4 characters, then the whole of it). The text itself is kept
         (messages quote it as it was); only the result and outcome keys are made
         without the echoed values."""
         if not self.text_known:
             return
         text = self.text
+        found = False
+        if values:
+            for value in values:
+                text, hit = _forget(text, value[:_ECHO_PREFIX], len(value), value, None)
+                found = found or hit
         if ident is not None and text.find(ident, 0, _ECHO_WITHIN) >= 0:
             of_id = echo_digest(ident)  # None for a short id: a counter, not an id
             if of_id is not None:
                 echoes = [*echoes, of_id]
-        if not echoes:
-            return
-        found = False
         for prefix, length, digest in echoes:
-            at = text.find(prefix, 0, _ECHO_WITHIN)
-            while at >= 0:
-                end = at + length
-                if _hexdigest(text[at:end].encode(_UTF8, _LONE)) == digest:
-                    text = text[:at] + "\u2026" + text[end:]
-                    found = True
-                    end = at + 1
-                at = text.find(prefix, end, _ECHO_WITHIN)
+            text, hit = _forget(text, prefix, length, None, digest)
+            found = found or hit
         if found:
             bare = Event(self.kind, self.name, None, text, error=self.error)
             key = self._result_key = bare.result_key

@@ -524,17 +524,21 @@ _NOOP_PROGRAMS: Final = frozenset({":", "true"})
 
 def shell_command(args: Any) -> str | None:
     """The command line a shell tool was given, or None for other tools."""
-    if type(args) is not dict:  # the common case skips the decoding and ABC checks
-        args = maybe_json(args)
-        if not isinstance(args, Mapping):
-            return None
-    if args:
-        for key in _COMMAND_KEYS:
-            value = args.get(key)
-            if isinstance(value, str):
-                return value
-            if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-                return " ".join(value)
+    if type(args) is dict:  # the common case: native lookups, no decoding or ABC checks
+        return _command_in(args) if args else None
+    args = maybe_json(args)
+    if not isinstance(args, Mapping) or not args:
+        return None
+    return _command_in(args if type(args) is dict else dict(args))
+
+
+def _command_in(args: dict[Any, Any]) -> str | None:
+    for key in _COMMAND_KEYS:
+        value = args.get(key)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            return " ".join(value)
     return None
 
 
@@ -613,12 +617,15 @@ def is_reflection(name: str | None, args: Any) -> bool:
     three times with a ``think`` between each try is still three tries."""
     if reflection_tool(name):
         return True
-    if type(args) is not dict:
-        args = maybe_json(args)
-        if not isinstance(args, Mapping) or not args:
-            return False
-    elif not args:
+    if type(args) is dict:  # the common case: iterated natively
+        return _thoughts_only(args) if args else False
+    args = maybe_json(args)
+    if not isinstance(args, Mapping) or not args:
         return False
+    return _thoughts_only(args if type(args) is dict else dict(args))
+
+
+def _thoughts_only(args: dict[Any, Any]) -> bool:
     for key in args:  # most calls fail on their first key
         if not isinstance(key, str) or key.lower() not in _REFLECTION_ARGS:
             return False

@@ -31,11 +31,14 @@ import json
 import threading
 from collections.abc import Callable
 from operator import attrgetter
+from re import Pattern
 from typing import Any, ClassVar, Final, Generic, TypeVar, final
 
 import orjson
 import zstandard
 from mypy_extensions import mypyc_attr
+
+from .text import args_preview, asks_of, echo_digest, echo_values
 
 __all__ = [
     "STATE_VERSION",
@@ -47,6 +50,7 @@ __all__ = [
     "RunState",
     "StateError",
     "Tally",
+    "Written",
     "dump_map",
     "load_map",
 ]
@@ -84,6 +88,7 @@ def _decompress(data: bytes) -> bytes:
 
 
 R = TypeVar("R", bound="Record")
+W = TypeVar("W", bound="Written")
 S = TypeVar("S", bound="DetectorState")
 K = TypeVar("K", bound="KeyedState[Any]")
 
@@ -93,7 +98,44 @@ class StateError(ValueError):
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
-class Record:
+class Written:
+    """What every record of the run state is to a store: :meth:`dump` to JSON values,
+    :meth:`load` back, equal when they write the same.
+
+    :class:`Record` writes and reads any slotted record field by field. A record made
+    on every event writes its own fields and derives from this class directly
+    (:class:`CallRecord`, ``repeat.Streak``): Record's ``__new__``, which lets its
+    ``load`` make an instance without calling ``__init__``, puts every construction
+    of a compiled subclass on the slow path (its arguments packed into a tuple,
+    ``__new__`` and ``__init__`` called through their Python wrappers: 0.2 us a
+    record, against a native call).
+    """
+
+    __slots__ = ()
+
+    def dump(self) -> Any:  # pragma: no cover - abstract
+        """JSON-compatible form (a list of the fields)."""
+        raise NotImplementedError
+
+    @classmethod
+    def load(cls: type[W], data: Any) -> W:  # pragma: no cover - abstract
+        """The record back from :meth:`dump`'s output."""
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Written) and type(other) is type(self) and self.dump() == other.dump()
+        )
+
+    def __hash__(self) -> int:  # records are mutable: hash by identity
+        return id(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.dump()!r})"
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Record(Written):
     """A small slotted record, serialised as the list of its fields in slot order.
 
     Fields must hold JSON values (numbers, strings, booleans, None, lists and dicts
@@ -125,20 +167,12 @@ class Record:
             setattr(obj, name, value)
         return obj
 
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, Record) and type(other) is type(self) and self.dump() == other.dump()
-        )
-
-    def __hash__(self) -> int:  # records are mutable: hash by identity
-        return id(self)
-
     def __repr__(self) -> str:
         fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in _fields(type(self)))
         return f"{type(self).__name__}({fields})"
 
 
-_FIELDS: dict[type[Record], tuple[str, ...]] = {}  # per class, computed once
+_FIELDS: dict[type[Written], tuple[str, ...]] = {}  # per class, computed once
 # Per class: reads all the fields in one C call (a getattr per field costs 60 ns each
 # through the generic attribute lookup, and the call window alone has ~300 of them).
 _GETTERS: dict[type[Record], Callable[[Any], tuple[Any, ...]]] = {}
@@ -155,7 +189,7 @@ def _getter(cls: type[Record]) -> Callable[[Any], tuple[Any, ...]]:
     return getter
 
 
-def _fields(cls: type[Record]) -> tuple[str, ...]:
+def _fields(cls: type[Written]) -> tuple[str, ...]:
     """A record class's own fields, in slot order (sorted: ruff's RUF023 keeps every
     ``__slots__`` sorted). A class compiled by mypyc has no ``__slots__`` left, but
     lists its attributes in ``__mypyc_attrs__``; sorted, they are the same fields in
@@ -213,12 +247,12 @@ def _old_version(data: bytes) -> object:
     return raw[0] if isinstance(raw, list) and raw else None
 
 
-def dump_map(records: dict[str, R]) -> dict[str, Any]:
+def dump_map(records: dict[str, W]) -> dict[str, Any]:
     """A dict of records in JSON-compatible form."""
     return {k: v.dump() for k, v in records.items()}
 
 
-def load_map(cls: type[R], data: Any) -> dict[str, R]:
+def load_map(cls: type[W], data: Any) -> dict[str, W]:
     """A dict of records back from :func:`dump_map`."""
     if not isinstance(data, dict):
         raise StateError(f"expected a mapping of {cls.__name__}")
@@ -226,16 +260,16 @@ def load_map(cls: type[R], data: Any) -> dict[str, R]:
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
-class KeyedState(DetectorState, Generic[R]):
+class KeyedState(DetectorState, Generic[W]):
     """A detector state that is one LRU dict of records (by call key, agent, span id).
 
     Subclasses set ``record`` to the record class; the detector bounds the dict."""
 
     __slots__ = ("by_key",)
-    record: ClassVar[type[Record]]
+    record: ClassVar[type[Written]]
 
     def __init__(self) -> None:
-        self.by_key: dict[str, R] = {}
+        self.by_key: dict[str, W] = {}
 
     def dump(self) -> Any:
         return dump_map(self.by_key)
@@ -258,13 +292,20 @@ class Tally(Record):
         self.steps: list[int] = [] if steps is None else steps
 
 
+# CallRecord's fields as dump() writes them (its slots also hold what is never written)
+_CALL_FIELDS: Final = (
+    "args", "asks", "echo", "key", "name", "norm", "novel", "poll", "result", "rstep",
+    "shell", "step", "turn",
+)  # fmt: skip
+
+
 @final
-class CallRecord(Record):
+class CallRecord(Written):
     """One tool call in the run's shared window of recent calls."""
 
     __slots__ = (
-        "args", "asks", "echo", "key", "name", "norm", "novel", "poll", "result", "rstep",
-        "shell", "step", "turn",
+        "_args", "_asks", "_raw", "_redact", "echo", "key", "name", "norm", "novel", "poll",
+        "result", "rstep", "said", "shell", "step", "turn",
     )  # fmt: skip
 
     def __init__(
@@ -274,9 +315,11 @@ class CallRecord(Record):
         norm: str,
         name: str,
         novel: bool,
-        args: str,
+        args: str | None,
         turn: int,
         shell: bool = False,
+        raw: bytes = b"",
+        redact: tuple[Pattern[str], ...] = (),
     ) -> None:
         self.step = step  # event index of the tool_call
         self.key = key  # exact call key (tool + canonical arguments)
@@ -285,20 +328,67 @@ class CallRecord(Record):
         self.result: str | None = None  # result key once the result is seen ("E..." = error)
         self.rstep: int | None = None  # event index of the tool_result
         self.novel = novel  # the normalised key was not in the window when called
-        self.args = args  # short preview of the arguments, for messages
+        # The preview of the arguments (``args``), or None until it is first read: made
+        # then from ``_raw`` (the first 200 bytes of the canonical arguments, in memory
+        # only) and redacted, with the user's patterns (``_redact``). Most calls are
+        # never quoted: the preview is made when a message or a store reads it.
+        self._args = args
+        self._raw = raw
+        self._redact = redact
         self.turn = turn  # the model turn it was issued in (calls of one turn = a batch)
         self.shell = shell  # a shell command line: its output is no page (events.Event.command)
-        # what finds the call's short string arguments in its result (never the values:
-        # events.echo_digest), kept until the result arrives: a result that quotes them
-        # is keyed without them (events.Event.forget_echoes)
+        # The string and number values of the call's short arguments, as given
+        # (text.said_of), in memory only: what its result may quote back
+        # (text.echo_values, until the result arrives) and what it asks about
+        # (``asks``) are read from them when needed. Never written to a store: dump()
+        # writes what they give, fingerprints (the run state keeps no secret at rest).
+        # None for a record read from a store, and for calls whose arguments are not
+        # read (a shell command's output does not quote the command; long arguments).
+        self.said: list[Any] | None = None
+        # what finds the call's short string arguments in its result, for a record read
+        # from a store before its result arrived (text.echo_digest: never the values);
+        # a result that quotes them is keyed without them (events.Event.forget_echoes)
         self.echo: list[list[Any]] = []
-        # fingerprints of the specific things the call asks about (ids, dates, codes,
-        # numbers in its arguments): another date or id is another question
-        self.asks: list[int] = []
+        # fingerprints of the specific things the call asks about (``asks``), once read
+        self._asks: list[int] | None = None
         # a call that waits for something (it sleeps or watches, it repeats a call made
         # before a wait, or its result says the status is pending): polling, which
         # only detectors.wait.WaitBudget judges
         self.poll = False
+
+    @property
+    def args(self) -> str:
+        """A short preview of the arguments, secrets redacted: what messages quote and a
+        store keeps (text.args_preview)."""
+        args = self._args
+        if args is None:
+            args = self._args = args_preview(self._raw, self._redact)
+            self._raw = b""
+        return args
+
+    @property
+    def asks(self) -> list[int]:
+        """Fingerprints of the specific things the call asks about (ids, dates, codes,
+        numbers in its arguments: text.asks_of): another date or id is another
+        question. Read on first use: most calls are never asked."""
+        asks = self._asks
+        if asks is None:
+            said = self.said
+            asks = self._asks = [] if said is None else asks_of(said)
+        return asks
+
+    def echo_at_rest(self) -> list[list[Any]]:
+        """What finds the call's argument values in its result, as a store keeps it:
+        digests (text.echo_digest), until the result has arrived."""
+        said = self.said
+        if said is None or self.rstep is not None:
+            return self.echo
+        out: list[list[Any]] = []
+        for value in echo_values(said):
+            digest = echo_digest(value)
+            if digest is not None:
+                out.append(digest)
+        return out
 
     # Written out field by field (in slot order, as Record.dump): the window holds 32
     # of these, and native attribute reads cost a fraction of the generic lookup.
@@ -306,7 +396,7 @@ class CallRecord(Record):
         return [
             self.args,
             self.asks,
-            self.echo,
+            self.echo_at_rest(),
             self.key,
             self.name,
             self.norm,
@@ -325,12 +415,17 @@ class CallRecord(Record):
             raise StateError("CallRecord: expected 13 fields")
         args, asks, echo, key, name, norm, novel, poll, result, rstep, shell, step, turn = data
         rec = CallRecord(step, key, norm, name, novel, args, turn, shell)
-        rec.asks = asks
+        rec._asks = asks
         rec.echo = echo
         rec.poll = poll
         rec.result = result
         rec.rstep = rstep
         return rec
+
+    def __repr__(self) -> str:
+        # the fields as a store keeps them (never the arguments held in memory)
+        fields = ", ".join(f"{n}={v!r}" for n, v in zip(_CALL_FIELDS, self.dump(), strict=True))
+        return f"CallRecord({fields})"
 
 
 @final

@@ -14,14 +14,18 @@ from typing import Any, Final
 
 import xxhash
 
-from .fingerprints import mask_volatile, maybe_json, normalise_text
-from .redact import MARGIN, redact_prefix
+from .fingerprints import _LONE, _UTF8, _hexdigest, mask_volatile, maybe_json, normalise_text
+from .redact import MARGIN, redact, redact_extra, redact_prefix
 
 __all__ = [
     "LONG_WORD",
     "WORD",
+    "args_preview",
     "args_text",
+    "asks_of",
     "contentless",
+    "echo_digest",
+    "echo_values",
     "entities",
     "fingerprint",
     "jaccard",
@@ -32,6 +36,7 @@ __all__ = [
     "preview",
     "request_overlap",
     "request_words",
+    "said_of",
     "specifics",
     "split_words",
     "word_at_rest",
@@ -215,6 +220,105 @@ def specifics(text: str) -> list[str]:
     return list(out)
 
 
+# What a call says: the string and number values of its arguments, read once when the
+# call is observed (values are immutable: a caller reusing its arguments dict for the
+# next call changes nothing read from it), turned into what the detectors need only
+# when they need it (:class:`~loopwatch.state.CallRecord` keeps them in memory, never
+# at rest).
+_SAID_NODES: Final = 64  # a bounded walk: arguments built in Python may contain themselves
+_ECHO_VALUES: Final = 3
+_ECHO_CHARS: Final = 200
+_ECHO_MIN: Final = 6  # shorter argument values are words any result may hold
+_ECHO_PREFIX: Final = 4  # characters of a value kept to find it again (never the value)
+_ASKS_MAX: Final = 8
+_SPEC_MASK: Final = 0xFFFFF  # 20 bits a specific: a chance collision among 8 is ~1e-5
+_WORD_EDGES: Final = ".,;:!?()[]{}<>\"'`"
+
+
+def said_of(args: Any) -> list[Any]:
+    """The string and number values of a call's arguments (booleans left out), in the
+    order :func:`asks_of` and :func:`echo_values` read them: a depth-first walk, last
+    value first, of at most 64 nodes."""
+    said: list[Any] = []
+    todo = [maybe_json(args)]
+    budget = _SAID_NODES
+    while todo and budget:
+        budget -= 1
+        value = todo.pop()
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            said.append(value)
+        elif isinstance(value, dict):
+            for item in value.values():  # not extend(): it copies the view to a list first
+                todo.append(item)
+        elif isinstance(value, list):
+            todo.extend(value)
+    return said
+
+
+def echo_values(said: list[Any]) -> list[str]:
+    """The argument values a result may quote back (:func:`said_of`): the first 3
+    strings of 6 to 200 characters."""
+    out: list[str] = []
+    for value in said:
+        if isinstance(value, str) and _ECHO_MIN <= len(value) <= _ECHO_CHARS:
+            out.append(value)
+            if len(out) == _ECHO_VALUES:
+                break
+    return out
+
+
+def echo_digest(value: str) -> list[Any] | None:
+    """What finds an argument value in a result without keeping the value: its first 4
+    characters, its length and a hash of it; None for a value too short (under 6
+    characters) to be more than a word any result may hold."""
+    if len(value) < _ECHO_MIN:
+        return None
+    return [value[:_ECHO_PREFIX], len(value), _hexdigest(value.encode(_UTF8, _LONE))]
+
+
+def asks_of(said: list[Any]) -> list[int]:
+    """The fingerprints of the specific things a call asks about (:func:`said_of`):
+    ids, dates, codes, numbers; at most 8 (a number is one; a string's are read by
+    :func:`_asked`)."""
+    asks: list[int] = []
+    for value in said:
+        if len(asks) >= _ASKS_MAX:
+            break
+        if isinstance(value, str):
+            _asked(value, asks)
+        else:
+            asks.append(_spec_id(str(value)))
+    return asks
+
+
+def _asked(value: str, asks: list[int]) -> None:
+    """Add to ``asks`` the specific words of an argument's first 200 characters: those
+    with a digit, ``_``, ``@`` or ``#`` (an id, a date, a flight), and codes of three
+    capitals or more (an airport). A plain word is read with one C call (``isalpha``)."""
+    for word in value[:_ECHO_CHARS].split():
+        word = word.strip(_WORD_EDGES)
+        if len(word) < 2 or len(asks) >= _ASKS_MAX:
+            continue
+        if word.isalpha():
+            if len(word) >= 3 and word.isupper():
+                asks.append(_spec_id(word.lower()))
+        elif _has_mark(word):
+            asks.append(_spec_id(word.lower()))
+
+
+def _has_mark(word: str) -> bool:
+    """Whether a word holds a digit, ``_``, ``@`` or ``#``: a loop, not ``any()`` over a
+    generator (a generator object per word cost most of :func:`_asked`)."""
+    for c in word:  # noqa: SIM110 - any() over a generator is the cost this saves
+        if c.isdigit() or c in "_@#":
+            return True
+    return False
+
+
+def _spec_id(token: str) -> int:
+    return xxhash.xxh32_intdigest(token.encode("utf-8", "surrogatepass")) & _SPEC_MASK
+
+
 def preview(value: Any, limit: int = 80, extra: tuple[Pattern[str], ...] = ()) -> str:
     """A short one-line rendering of tool arguments or text for messages, with
     secrets redacted (:mod:`loopwatch.redact`; ``extra``: the user's own patterns)."""
@@ -225,6 +329,21 @@ def preview(value: Any, limit: int = 80, extra: tuple[Pattern[str], ...] = ()) -
     cut = len(text) > limit + MARGIN
     text = redact_prefix(text, limit, extra)
     return text if len(text) <= limit and not cut else text[: limit - 3] + "..."
+
+
+# What an arguments preview reads of the canonical arguments: all of them up to 80 bytes,
+# else the first 200 (cut to 80 characters, a key cut there redacted).
+ARGS_PREVIEW_BYTES: Final = 200
+
+
+def args_preview(raw: bytes, extra: tuple[Pattern[str], ...] = ()) -> str:
+    """The canonical arguments (JSON bytes, or their first 200) as messages quote them
+    and a stored state keeps them: short, with secrets redacted (``extra``: the user's
+    own patterns)."""
+    if len(raw) <= 80:
+        text = redact(raw.decode("utf-8", "replace"))
+        return redact_extra(text, extra) if extra else text
+    return preview(raw[:ARGS_PREVIEW_BYTES].decode("utf-8", "ignore"), extra=extra)
 
 
 def _compact(value: Any) -> str:

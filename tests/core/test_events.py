@@ -348,6 +348,33 @@ def test_contentless_is_its_pattern(text: str) -> None:
 
 @given(st.text(max_size=30) | st.sampled_from(["src/m3.py", "AB12", "a@b", "x\u00b2", "#tag"]))
 def test_a_word_with_a_mark_is_one_with_a_digit_or_a_sign(word: str) -> None:
-    from loopwatch.engine import _has_mark
+    from loopwatch.text import _has_mark
 
     assert _has_mark(word) == any(c.isdigit() or c in "_@#" for c in word)
+
+
+_VALUE = st.text(alphabet=st.sampled_from(list("abc 12/_-\u00e9")), min_size=0, max_size=30)
+
+
+@given(
+    st.dictionaries(st.sampled_from(["q", "id", "path", "n"]), _VALUE | st.integers(), max_size=4),
+    st.lists(st.integers(0, 5), max_size=6),
+    _VALUE,
+)
+@example({"q": "famous bhavageete"}, [0, 0], "Could not find ")
+def test_a_result_forgets_its_call_the_same_from_values_or_from_digests(
+    args: dict[str, object], picks: list[int], filler: str
+) -> None:
+    """A result that quotes its call's arguments is keyed without them, found from the
+    values held in memory or from their digests read from a store: the same key."""
+    from loopwatch.text import echo_digest, echo_values, said_of
+
+    values = echo_values(said_of(args))
+    quoted = [values[i % len(values)] for i in picks] if values else []
+    text = filler + filler.join(quoted) + " done"
+    digests = [d for d in (echo_digest(v) for v in values) if d is not None]
+    from_values = Event("tool_result", "t", None, text)
+    from_values.forget_echoes([], "c1", values)
+    from_digests = Event("tool_result", "t", None, text)
+    from_digests.forget_echoes(digests, "c1")
+    assert from_values.result_key == from_digests.result_key

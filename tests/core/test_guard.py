@@ -139,6 +139,18 @@ def test_lru_eviction_bounds_live_runs() -> None:
     assert guard.state("run-999") is not None and guard.state("run-0") is None
 
 
+def test_a_run_observed_again_is_the_last_to_be_evicted() -> None:
+    """Least recently *used*, not least recently started: a run observed again moves to
+    the fresh end, and the run idle longest goes first."""
+    guard = Guard(Config(), max_runs=3)
+    for run in ("a", "b", "c", "a", "d"):
+        guard.observe(run, SEARCH)
+    assert guard.state("b") is None
+    assert all(guard.state(run) is not None for run in ("a", "c", "d"))
+    guard.observe("e", SEARCH)  # now c is the one idle longest
+    assert guard.state("c") is None and guard.state("a") is not None
+
+
 def test_ttl_expires_idle_runs() -> None:
     store = MemoryStore(max_runs=10, ttl_seconds=60)
     now = [1000.0]

@@ -299,6 +299,23 @@ def test_an_arguments_preview_cut_inside_a_key_shows_none_of_it() -> None:
     assert verdict.message is None or key[:6] not in verdict.message
 
 
+@settings(max_examples=200, deadline=None)
+@given(_TEXTS, st.integers(0, 300))
+def test_a_preview_made_from_the_first_bytes_kept_is_the_preview_of_all(
+    text: str, pad: int
+) -> None:
+    """A call keeps the first 200 bytes of its canonical arguments in memory and makes
+    its preview from them when a message or a store first reads it: the same preview,
+    as redacted, as one made from all of them."""
+    from loopwatch.fingerprints import canonical_args
+    from loopwatch.text import ARGS_PREVIEW_BYTES, args_preview
+
+    raw = canonical_args({"command": "x" * pad + " " + text})
+    (ticket,) = r.compile_patterns([r"corp-[0-9a-f]{8}"])
+    for extra in ((), (ticket,)):
+        assert args_preview(raw[:ARGS_PREVIEW_BYTES], extra) == args_preview(raw, extra)
+
+
 # -- the user's own patterns ----------------------------------------------------------------
 def test_configured_patterns_redact_too_in_messages_and_state() -> None:
     ticket = "corp-" + "0123456789abcdef" * 2

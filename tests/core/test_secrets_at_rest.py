@@ -17,6 +17,7 @@ import sqlite3
 import stat
 import sys
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from redis_server import (  # noqa: F401 - imported fixtures are registered by p
 )
 from test_redact import CASES
 
-from loopwatch import Guard
+from loopwatch import Event, Guard
 from loopwatch.hooks._dispatch import run_hook
 from loopwatch.hooks._log import log_failure
 from loopwatch.state import RunState
@@ -52,7 +53,9 @@ POSIX = os.name == "posix"
 def calls(run: int) -> Iterator[dict[str, Any]]:
     """Each format's command, called four times with the same result (a loop), and
     said by the model, to another agent and back (what spend_velocity's recent words
-    and ping_pong's messages keep)."""
+    and ping_pong's messages keep); then looked up four times by a tool that is no
+    shell, whose result quotes it (what a call's short arguments give: what it asks
+    about, what finds them in its result, held raw in memory only)."""
     for fmt, command, secret in CASES:
         for i in range(4):
             call_id = f"c{run}-{len(fmt)}-{secret[:4]}"
@@ -61,6 +64,9 @@ def calls(run: int) -> Iterator[dict[str, Any]]:
             yield {"kind": "model", "text": said, "tokens": 10, "agent": sender, "to": recipient}
             yield {"kind": "tool_call", "name": "Bash", "args": {"command": command}, "id": call_id}
             yield {"kind": "tool_result", "name": "Bash", "id": call_id, "text": "denied"}
+        for _ in range(4):
+            yield {"kind": "tool_call", "name": "lookup", "args": {"q": command, "n": 3}}
+            yield {"kind": "tool_result", "name": "lookup", "text": f"Nothing on {command}"}
 
 
 def unpacked(blob: bytes) -> bytes:
@@ -89,11 +95,42 @@ def test_the_memory_store_holds_no_secret() -> None:
     guard = Guard(on_loop="warn", store=MemoryStore())
     messages = feed(guard)
     assert isinstance(guard.store, MemoryStore)
-    held = [state for _, state in guard.store._runs.values()]
+    held = [guard.store.get(f"run-{run}") for run in range(2)]
     assert held
     for state in held:
+        assert state is not None
         assert_no_secret("the memory store", unpacked(state.to_bytes()))
     assert_no_secret("the messages", "\n".join(messages).encode())
+
+
+def test_a_call_awaiting_its_result_is_written_without_its_arguments() -> None:
+    """Between a call and its result the memory holds the call's argument values (to
+    find them in the result); written to a store, or shown, the call holds only what
+    finds them (digests) and a redacted preview. Read back from the store, the result
+    quoting them is keyed as it is in memory."""
+    for _, command, secret in CASES:
+        call = {"kind": "tool_call", "name": "lookup", "args": {"q": command}, "id": "c1"}
+        result = {"kind": "tool_result", "name": "lookup", "id": "c1", "text": f"No {command}"}
+        kept, stored = MemoryStore(), MemoryStore()
+        in_memory = Guard(on_loop="warn", store=kept)
+        in_memory.observe("r", call)
+        held = in_memory.state("r")
+        assert held is not None
+        assert_no_secret("a state awaiting a result", unpacked(held.to_bytes()))
+        assert_no_secret("a call's repr", repr(held.calls).encode())
+        # the same state, read back from its bytes (as a shared store hands it over)
+        through = Guard(on_loop="warn", store=stored)
+        stored.apply("r", lambda state: None, partial(RunState.from_bytes, held.to_bytes()))
+        in_memory.observe("r", result)
+        through.observe("r", result)
+        after_memory, after_store = in_memory.state("r"), through.state("r")
+        assert after_memory is not None and after_store is not None
+        assert after_memory.calls[0].result == after_store.calls[0].result
+        if len(command) <= 200:  # found and keyed without it, both ways
+            bare = Event.from_dict({"kind": "tool_result", "text": "No \u2026"})
+            assert after_store.calls[0].result == bare.result_key
+        assert after_memory == after_store
+        assert secret not in after_memory.calls[0].args
 
 
 def test_a_sqlite_file_holds_no_secret(tmp_path: Path) -> None:

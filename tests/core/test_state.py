@@ -13,7 +13,7 @@ from conftest import load_scenarios
 from loopwatch import Config
 from loopwatch.engine import Engine, new_state
 from loopwatch.events import Event
-from loopwatch.state import STATE_VERSION, DetectorState, RunState, StateError
+from loopwatch.state import STATE_VERSION, CallRecord, DetectorState, RunState, StateError
 
 
 def replayed(name: str = "conformance.jsonl") -> list[RunState]:
@@ -116,18 +116,30 @@ def test_a_slot_of_the_wrong_type_is_an_error() -> None:
 
 
 def test_records_written_field_by_field_keep_the_slot_order() -> None:
-    """CallRecord and Streak write their fields out by hand (speed): the same list,
-    in the same order, as the generic Record.dump reading each slot by name."""
-    from loopwatch.state import Record, _fields
+    """CallRecord, Streak and Restatement write their fields out by hand (speed): the same list,
+    in the same order, as the generic Record.dump reading each slot by name. A
+    CallRecord's slots also hold what it never writes (the arguments, in memory only)
+    and what it writes once read (``args``, ``asks``, its ``echo`` at rest)."""
+    from loopwatch.state import _CALL_FIELDS, Written, _fields
 
+    in_memory = {"said", "_raw", "_redact"}
+    assert list(_CALL_FIELDS) == sorted(
+        n.lstrip("_") for n in _fields(CallRecord) if n not in in_memory
+    )
     checked = set()
     for state in replayed() + replayed("intent.jsonl"):
-        records: list[Record] = list(state.calls)
+        records: list[Written] = list(state.calls)
         for slot in state.slots.values():
             records += list(getattr(slot, "by_key", {}).values())
         for rec in records:
-            generic = [getattr(rec, name) for name in _fields(type(rec))]
+            if isinstance(rec, CallRecord):
+                generic = [
+                    rec.echo_at_rest() if name == "echo" else getattr(rec, name)
+                    for name in _CALL_FIELDS
+                ]
+            else:
+                generic = [getattr(rec, name) for name in _fields(type(rec))]
             assert rec.dump() == generic
             assert type(rec).load(rec.dump()).dump() == generic
             checked.add(type(rec).__name__)
-    assert {"CallRecord", "Streak"} <= checked
+    assert {"CallRecord", "Streak", "Restatement"} <= checked

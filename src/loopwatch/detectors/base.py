@@ -116,6 +116,17 @@ class Detector:
                 raise TypeError(f"two detectors are named {cls.name!r}")
             Detector.registry[cls.name] = cls
 
+    # ``name`` as an attribute of the instance, read once: a class attribute is read by a
+    # generic lookup in the compiled build, and a detector reads its slot on every event.
+    _slot_name: str = ""
+
+    def slot_name(self) -> str:
+        """The key of this detector's slot in the run state: its ``name``."""
+        key = self._slot_name
+        if not key:
+            key = self._slot_name = self.name
+        return key
+
     def observe(self, ctx: Context) -> Finding | None:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -39,7 +39,7 @@ class IterationCap(Detector):
         cap = self.max_iterations
         if cap is None:
             return None
-        st = ctx.state.slot(self.name, CapState)
+        st = ctx.state.slot(self.slot_name(), CapState)
         st.turns += 1
         turns = st.turns
         warn_at = max(1, int(cap * self.warn_ratio))

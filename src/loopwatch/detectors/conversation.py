@@ -276,7 +276,7 @@ class RestatedReply(Detector):
         self.min_content = min_content
 
     def observe(self, ctx: Context) -> Finding | None:
-        st = ctx.state.slot(self.name, ReplyState)
+        st = ctx.state.slot(self.slot_name(), ReplyState)
         ev = ctx.event
         kind = ev.kind
         if kind == MODEL:

@@ -104,7 +104,7 @@ class ErrorLoop(Detector):
         self.tool_stop_at = tool_stop_at
 
     def observe(self, ctx: Context) -> Finding | None:
-        st = ctx.state.slot(self.name, ErrorState)
+        st = ctx.state.slot(self.slot_name(), ErrorState)
         errs, tools = st.errors, st.tools
         ev = ctx.event
         rec = ctx.call

@@ -147,7 +147,7 @@ class Futility(Detector):
         self.stop_at = stop_at
 
     def observe(self, ctx: Context) -> Finding | None:
-        st = ctx.state.slot(self.name, FutilityState)
+        st = ctx.state.slot(self.slot_name(), FutilityState)
         ev = ctx.event
         kind = ev.kind
         if kind == TOOL_CALL:

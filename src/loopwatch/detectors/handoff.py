@@ -151,7 +151,7 @@ class PingPong(Detector):
         self._compare = Comparer(cache, similarity, min_words=3) if cache is not None else None
 
     def observe(self, ctx: Context) -> Finding | None:
-        st = ctx.state.slot(self.name, PingPongState)
+        st = ctx.state.slot(self.slot_name(), PingPongState)
         sender, recipient, text = self._message(st, ctx)
         if sender is None:
             return None

@@ -117,7 +117,7 @@ class RepeatedInstruction(Detector):
         self.stop_at = stop_at
 
     def observe(self, ctx: Context) -> Finding | None:
-        st = ctx.state.slot(self.name, InstructionState)
+        st = ctx.state.slot(self.slot_name(), InstructionState)
         ev = ctx.event
         kind = ev.kind
         if kind == MODEL:

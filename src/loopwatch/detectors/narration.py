@@ -329,7 +329,7 @@ class NoEffect(Detector):
         self.absent_stop_at = absent_stop_at
 
     def observe(self, ctx: Context) -> Finding | None:
-        st = ctx.state.slot(self.name, NoEffectState)
+        st = ctx.state.slot(self.slot_name(), NoEffectState)
         ev = ctx.event
         kind = ev.kind
         if kind == TOOL_CALL:
@@ -487,7 +487,7 @@ class NoEffect(Detector):
         )
 
     def _recurs(self, ctx: Context, observation: str, again: bool) -> Finding:
-        st = ctx.state.slot(self.name, NoEffectState)
+        st = ctx.state.slot(self.slot_name(), NoEffectState)
         steps = tuple(st.recurs[-2:]) if again else (ctx.step,)
         quoted = preview(observation, 80)
         if again:

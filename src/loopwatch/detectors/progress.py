@@ -52,7 +52,7 @@ class NoProgress(Detector):
         self.stop_at = stop_at
 
     def observe(self, ctx: Context) -> Finding | None:
-        st = ctx.state.slot(self.name, NoProgressState)
+        st = ctx.state.slot(self.slot_name(), NoProgressState)
         ev = ctx.event
         if ev.kind == USER:
             st.count = 0  # a user turn is new input; its results are judged afresh

@@ -57,7 +57,7 @@ class Recursion(Detector):
 
     def observe(self, ctx: Context) -> Finding | None:
         ev = ctx.event
-        spans = ctx.state.slot(self.name, RecursionState).by_key
+        spans = ctx.state.slot(self.slot_name(), RecursionState).by_key
         # A hash, not the text: span inputs can be long, and the state must stay small.
         label = (
             fingerprint(f"{ev.type or ''}\x00{ev.name or ''}\x00{normalise_text(ev.text)}")

@@ -11,7 +11,7 @@ from ..fingerprints import (
     reports_failure,
     sketch_similarity,
 )
-from ..state import CallRecord, KeyedState, Record, StateError
+from ..state import CallRecord, KeyedState, StateError, Written
 from ..text import contentless
 from .base import Context, Detector, severity_for, trim
 
@@ -35,8 +35,9 @@ _ADDRESS_WITHIN = 400
 
 
 @final
-class Streak(Record):
-    """One call's current streak of calls that brought nothing new."""
+class Streak(Written):
+    """One call's current streak of calls that brought nothing new (written field by
+    field: one is made for every new call, see state.Written)."""
 
     __slots__ = (
         "count", "epoch", "exact", "key", "moves", "result", "results", "sketch", "steps",
@@ -167,7 +168,7 @@ class RepeatedCall(Detector):
         rec = ctx.call
         if rec is None or rec.poll:
             return None  # checking again on something waited for: WaitBudget judges it
-        streaks = ctx.state.slot(self.name, RepeatState).by_key
+        streaks = ctx.state.slot(self.slot_name(), RepeatState).by_key
         norm = rec.norm
         if ctx.event.kind == TOOL_RESULT:
             entry = streaks.get(norm)
@@ -185,7 +186,9 @@ class RepeatedCall(Detector):
                     # one will too (a failure may be a hiccup: it waits for stop_at)
                     return self._finding(ctx, rec, entry, Severity.WARN)
             return None
-        entry = streaks.pop(norm, None)
+        entry = streaks.get(norm)  # get and del: native, where pop() is a method call
+        if entry is not None:
+            del streaks[norm]
         epoch = ctx.epoch
         if entry is None or not self._continues(ctx, entry, epoch):
             last = entry.result if entry is not None else None  # kept for the window count

@@ -78,7 +78,7 @@ class RevisitedPage(Detector):
         self.stop_at = stop_at
 
     def observe(self, ctx: Context) -> Finding | None:
-        st = ctx.state.slot(self.name, RevisitState)
+        st = ctx.state.slot(self.slot_name(), RevisitState)
         ev = ctx.event
         kind = ev.kind
         if kind == USER:

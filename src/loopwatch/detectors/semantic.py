@@ -175,7 +175,7 @@ class Semantic(Detector):
         return self._compare
 
     def observe(self, ctx: Context) -> Finding | None:
-        st = ctx.state.slot(self.name, SemanticState)
+        st = ctx.state.slot(self.slot_name(), SemanticState)
         ev = ctx.event
         kind = ev.kind
         if kind in (TOOL_RESULT, USER):

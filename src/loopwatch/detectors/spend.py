@@ -159,11 +159,13 @@ class SpendVelocity(Detector):
 
     def observe(self, ctx: Context) -> Finding | None:
         ev = ctx.event
-        if self.name not in ctx.state.slots and not (ev.tokens > 0 or ev.cost > 0):
+        slots = ctx.state.slots
+        name = self.slot_name()
+        if name not in slots and not (ev.tokens > 0 or ev.cost > 0):
             # Nothing to measure until the run records spend; most events of most
             # runs stop here, before any novelty bookkeeping (hot path).
             return None
-        st = ctx.state.slot(self.name, SpendState)
+        st = ctx.state.slot(name, SpendState)
         if note_novelty(st, ctx):
             st.fresh = True
         # an output the trace did not record may have been new: never count it as
@@ -236,7 +238,7 @@ class _Cap(Detector):
         raise NotImplementedError  # pragma: no cover - abstract
 
     def observe(self, ctx: Context) -> Finding | None:
-        st = ctx.state.slot(self.name, CapTotal)
+        st = ctx.state.slot(self.slot_name(), CapTotal)
         amount = self._amount(ctx, st)
         if amount is None:
             return None

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Final, final
+from typing import Any, Final, final
 
 from ..events import MODEL, TOOL_CALL
 from ..findings import Finding, Severity
-from ..state import KeyedState, Record
+from ..state import KeyedState, StateError, Written
 from ..text import jaccard, plain_words
 from .base import Context, Detector, preview, severity_for, trim
 
@@ -32,8 +32,9 @@ def _same(a: str, b: str) -> bool:
 
 
 @final
-class Restatement(Record):
-    """One agent's last output and how many outputs in a row restated it."""
+class Restatement(Written):
+    """One agent's last output and how many outputs in a row restated it (written field
+    by field: one is made for most model outputs, see state.Written)."""
 
     __slots__ = ("count", "steps", "text")
 
@@ -41,6 +42,18 @@ class Restatement(Record):
         self.count = 1  # outputs in a row saying the same thing
         self.text = text  # the last of them, clipped
         self.steps = [step]  # evidence: their event indices (the last few)
+
+    def dump(self) -> Any:  # in slot order, as Record.dump
+        return [self.count, self.steps, self.text]
+
+    @classmethod
+    def load(cls, data: Any) -> Restatement:
+        if not isinstance(data, list) or len(data) != 3:
+            raise StateError("Restatement: expected 3 fields")
+        count, steps, text = data
+        entry = Restatement(text, 0)
+        entry.count, entry.steps = count, steps
+        return entry
 
 
 @final
@@ -109,7 +122,7 @@ class Stagnation(Detector):
         return jaccard(wa, wb) >= self.similarity
 
     def observe(self, ctx: Context) -> Finding | None:
-        agents = ctx.state.slot(self.name, StagnationState).by_key
+        agents = ctx.state.slot(self.slot_name(), StagnationState).by_key
         if ctx.event.kind == TOOL_CALL:
             if agents:
                 agents.clear()  # the agent acted: outputs before and after are not "in a row"

@@ -132,7 +132,7 @@ class WaitBudget(Detector):
         rec = ctx.call
         if rec is None or not rec.poll:
             return None
-        st = ctx.state.slot(self.name, WaitState)
+        st = ctx.state.slot(self.slot_name(), WaitState)
         ev = ctx.event
         if ev.kind == TOOL_CALL:
             command = ev.command

@@ -17,6 +17,17 @@ __all__ = ["MemoryStore"]
 T = TypeVar("T")
 
 
+class _Held:
+    """A run's state and when it was last used: updated in place on every step (a new
+    tuple per step, and the dict entry rewritten, cost more)."""
+
+    __slots__ = ("state", "touched")
+
+    def __init__(self, touched: float, state: State) -> None:
+        self.touched = touched
+        self.state = state
+
+
 class MemoryStore(Store):
     """Run states in an LRU dict guarded by one lock.
 
@@ -57,7 +68,7 @@ class MemoryStore(Store):
             )
         self.max_runs: int = max_runs
         self.ttl_seconds: float | None = None if ttl_seconds is None else float(ttl_seconds)
-        self._runs: OrderedDict[str, tuple[float, State]] = OrderedDict()
+        self._runs: OrderedDict[str, _Held] = OrderedDict()
         self._lock = threading.Lock()
         self._clock = time.monotonic
         self._next_sweep = 0.0
@@ -68,15 +79,21 @@ class MemoryStore(Store):
             if now >= self._next_sweep:
                 self._expire(now)
             runs = self._runs
-            item = runs.pop(run_id, None)
-            ttl = self.ttl_seconds
-            if item is None or (ttl is not None and now - item[0] > ttl):
-                state = factory()  # new, or idle past its TTL: starts afresh
+            held = runs.get(run_id)
+            if held is None:
+                state = factory()
+                runs[run_id] = _Held(now, state)  # a new key goes to the most recently used end
+                if len(runs) > self.max_runs:
+                    runs.popitem(last=False)
             else:
-                state = item[1]
-            runs[run_id] = (now, state)  # the most recently used end
-            if len(runs) > self.max_runs:
-                runs.popitem(last=False)
+                ttl = self.ttl_seconds
+                if ttl is not None and now - held.touched > ttl:
+                    held.state = factory()  # idle past its TTL: starts afresh
+                held.touched = now
+                state = held.state
+                # to the most recently used end: a link moved, where a pop and an insert
+                # free and make one (and leave a hole in the dict)
+                runs.move_to_end(run_id)
             return fn(state)
 
     def _expire(self, now: float) -> None:
@@ -90,16 +107,16 @@ class MemoryStore(Store):
         self._next_sweep = now + min(ttl, 1.0)
         runs = self._runs
         while runs:
-            run_id, (touched, _) = next(iter(runs.items()))
-            if now - touched <= ttl:
+            run_id, held = next(iter(runs.items()))
+            if now - held.touched <= ttl:
                 break
             del runs[run_id]
 
     def get(self, run_id: str) -> State | None:
         with self._lock:
             self._expire(self._clock())
-            item = self._runs.get(run_id)
-        return None if item is None else item[1]
+            held = self._runs.get(run_id)
+        return None if held is None else held.state
 
     def reset(self, run_id: str) -> None:
         with self._lock:
