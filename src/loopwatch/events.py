@@ -29,7 +29,7 @@ from .fingerprints import (
     page_sketch,
     shell_command,
 )
-from .text import _ECHO_PREFIX, echo_digest
+from .text import ECHO_PREFIX, echo_digest
 
 __all__ = [
     "KINDS",
@@ -463,7 +463,7 @@ class Event:
         found = False
         if values:
             for value in values:
-                text, hit = _forget(text, value[:_ECHO_PREFIX], len(value), value, None)
+                text, hit = _forget(text, value[:ECHO_PREFIX], len(value), value, None)
                 found = found or hit
         if ident is not None and text.find(ident, 0, _ECHO_WITHIN) >= 0:
             of_id = echo_digest(ident)  # None for a short id: a counter, not an id

@@ -18,6 +18,7 @@ from .fingerprints import _LONE, _UTF8, _hexdigest, mask_volatile, maybe_json, n
 from .redact import MARGIN, redact, redact_extra, redact_prefix
 
 __all__ = [
+    "ECHO_PREFIX",
     "LONG_WORD",
     "WORD",
     "args_preview",
@@ -229,7 +230,7 @@ _SAID_NODES: Final = 64  # a bounded walk: arguments built in Python may contain
 _ECHO_VALUES: Final = 3
 _ECHO_CHARS: Final = 200
 _ECHO_MIN: Final = 6  # shorter argument values are words any result may hold
-_ECHO_PREFIX: Final = 4  # characters of a value kept to find it again (never the value)
+ECHO_PREFIX: Final = 4  # characters of a value kept to find it again (never the value)
 _ASKS_MAX: Final = 8
 _SPEC_MASK: Final = 0xFFFFF  # 20 bits a specific: a chance collision among 8 is ~1e-5
 _WORD_EDGES: Final = ".,;:!?()[]{}<>\"'`"
@@ -273,7 +274,7 @@ def echo_digest(value: str) -> list[Any] | None:
     characters) to be more than a word any result may hold."""
     if len(value) < _ECHO_MIN:
         return None
-    return [value[:_ECHO_PREFIX], len(value), _hexdigest(value.encode(_UTF8, _LONE))]
+    return [value[:ECHO_PREFIX], len(value), _hexdigest(value.encode(_UTF8, _LONE))]
 
 
 def asks_of(said: list[Any]) -> list[int]:

@@ -174,12 +174,15 @@ class ReplyState(DetectorState):
         st.asked, st.asks, st.asks_start = asking
         return st
 
-    def restart(self) -> None:
+    def restart(self, asking: bool = True) -> None:
+        """Start the restatement count afresh, and the asking count too unless
+        ``asking`` is False (the user still has not given what was asked for)."""
         self.replies = []
         self.count = 0
-        self.steps = []
-        self.asked = []
-        self.asks = 0
+        if asking:
+            self.steps = []
+            self.asked = []
+            self.asks = 0
 
 
 class RestatedReply(Detector):
@@ -299,14 +302,10 @@ class RestatedReply(Detector):
         acted, st.acted = st.acted, False
         finding = None if reply is None else self._judge(ctx, st, redact(reply), acted)
         if ctx.state.news_step == ctx.step and (st.replies or st.asked):
-            if st.asked and _defers(ev.text):
-                # The user brought something else and says they do not have what was
-                # asked for ("I don't have it handy, but the flight was from ATL"):
-                # asking for it again is still asking again.
-                st.replies = []
-                st.count = 0
-            else:
-                st.restart()
+            # A user who brings something else but says they do not have what was asked
+            # for ("I don't have it handy, but the flight was from ATL"): asking for it
+            # again is still asking again.
+            st.restart(asking=not (st.asked and _defers(ev.text)))
         return finding
 
     def _judge(self, ctx: Context, st: ReplyState, text: str, acted: bool) -> Finding | None:
