@@ -886,7 +886,10 @@ def declared_wait(command: str) -> float | None:
 # says pending / queued / in progress / running / waiting / not ready / starting...
 _PENDING: Final = (
     r"pending|queued|in[ _-]progress|running|waiting|not[ _-]ready|starting|processing"
-    r"|scheduled|building|deploying|provisioning|initiali[sz]ing"
+    r"|scheduled|building|deploying|provisioning|initiali[sz]ing|preparing|generating"
+    r"|not\s+(?:finished|complete|completed|done)\s+yet"
+    r"|not\s+yet\s+(?:ready|available|finished|complete|completed|done)"
+    r"|still\s+being\s+\w+|try\s+again\s+later"
 )
 _PENDING_FIELD: Final = re.compile(
     rf"\b(?:status|state|phase)\b[\"']?\s*[:=]\s*[\"']?(?:{_PENDING})\b", re.IGNORECASE

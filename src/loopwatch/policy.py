@@ -6,7 +6,7 @@ from re import Pattern
 from typing import Final, Literal
 
 from .engine import Engine
-from .events import TOOL_CALL, Event
+from .events import TOOL_CALL, TOOL_RESULT, Event
 from .findings import Action, Finding, Severity, Verdict
 from .redact import redact_extra
 from .state import WARNED_MAX, RunState
@@ -66,7 +66,7 @@ class Policy:
             return Verdict(Action.OK, step)
         told = False
         if state is not None and self.tell_first:
-            findings, told = escalate(step, findings, state, self.redact)
+            findings, told = escalate(step, findings, state, self.redact, kind)
         stops = [f for f in findings if f.severity is Severity.STOP]
         if told and not stops and kind == TOOL_CALL and self.on_loop != "warn":
             # The call that would have been stopped is the one the agent is told about:
@@ -125,6 +125,7 @@ def escalate(
     findings: list[Finding],
     state: RunState,
     redact: tuple[Pattern[str], ...] = (),
+    kind: str = "",
 ) -> tuple[list[Finding], bool]:
     """A stop is earned: return ``findings`` with every stop the agent was not told
     about turned into the warning that tells it, and whether there was one.
@@ -138,11 +139,23 @@ def escalate(
     stop-severity finding of the loop stops the run; a finding marked ``decisive``
     (overwhelming on its own, or a budget the user set) stops at once.
 
+    Told means heard: a warning reaches the model with its next turn, so a tool result
+    answering a call made before the warning (the warned call's own result, a parallel
+    call's) cannot earn a stop; the agent has not acted since. Measured: one labelled
+    loop fewer stopped (the agent transferred to a person after its third identical
+    failure: the recovery this rule is for) and some stops one call later, no other change.
+
     Why: the first sign of a repeat may still be a hiccup (three identical failures
     after which an agent changes approach and solves the task); a stop ends a working
     agent, a warning costs a line of context.
     """
     warned = state.warned
+    # The agent heard a warning only if it acted after it: a tool result answers a call
+    # made before (a warning given on that very call, or on another result since, has
+    # not reached the model yet); any other event is the agent's or follows its turn.
+    heard = step
+    if kind == TOOL_RESULT and state.calls:
+        heard = state.calls[-1].step
     told_any = False
     out: list[Finding] | None = None
     for i, found in enumerate(findings):
@@ -152,11 +165,11 @@ def escalate(
         # warning given during its evidence, before this step
         key = f"{found.detector}:{found.pattern}"
         at = warned.get(key)
-        if at is not None and at >= step:
+        if at is not None and at >= heard:
             at = None
         start = found.steps[0] if found.steps else step
         for t in warned.values():
-            if start <= t < step and (at is None or t > at):
+            if start <= t < heard and (at is None or t > at):
                 at = t
         if out is None:
             out = list(findings)

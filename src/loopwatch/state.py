@@ -59,7 +59,8 @@ __all__ = [
 # 3: JSON arrays in a zstd frame, without ``seen`` (2 and older: bare JSON arrays).
 # 4: the user's news (``news_step``, ``uspec``) and the pending reflection (``quiet``).
 # 5: shell calls marked on CallRecord. 6: polls marked on CallRecord, ``wait_step``.
-STATE_VERSION: Final = 6
+# 7: ping_pong keeps how each agent's last message opened (``heads``).
+STATE_VERSION: Final = 7
 # What a serialised state starts with, before its version byte. JSON never starts
 # with it, so a state of format 2 or older is told apart and refused by its version.
 _MAGIC: Final = b"LWS"

@@ -19,6 +19,7 @@ from .redact import MARGIN, redact, redact_extra, redact_prefix
 
 __all__ = [
     "ECHO_PREFIX",
+    "HEAD_RUNG",
     "LONG_WORD",
     "WORD",
     "args_preview",
@@ -29,6 +30,7 @@ __all__ = [
     "echo_values",
     "entities",
     "fingerprint",
+    "head_marks",
     "jaccard",
     "lexical_verdict",
     "looks_like_code",
@@ -38,6 +40,7 @@ __all__ = [
     "request_overlap",
     "request_words",
     "said_of",
+    "shared_head",
     "specifics",
     "split_words",
     "word_at_rest",
@@ -138,6 +141,38 @@ def jaccard(a: set[str], b: set[str]) -> float:
 def fingerprint(text: str) -> str:
     """Stable 16-hex fingerprint of a text (xxh3, as the event keys)."""
     return str(xxhash.xxh3_64_hexdigest(text.encode("utf-8", "surrogatepass")))
+
+
+# A text's opening, as :func:`head_marks` records it: one mark per this many characters,
+# up to this many. A boilerplate opening (a role-play agent's fixed preamble, a framework's
+# header before each message) is found to within one rung by comparing marks, without
+# keeping the text itself.
+HEAD_RUNG: Final = 32
+_HEAD_RUNGS: Final = 32
+
+
+def head_marks(text: str) -> list[int]:
+    """32-bit marks of a text's first 32, 64, 96... characters (at most 1,024): two
+    texts that open with the same characters share their first marks. Only whole rungs
+    are marked, so a text shorter than one rung has none."""
+    digest = xxhash.xxh3_64()
+    marks: list[int] = []
+    end = min(len(text), HEAD_RUNG * _HEAD_RUNGS)
+    for start in range(0, end - HEAD_RUNG + 1, HEAD_RUNG):
+        digest.update(text[start : start + HEAD_RUNG].encode("utf-8", "surrogatepass"))
+        marks.append(digest.intdigest() & 0xFFFFFFFF)
+    return marks
+
+
+def shared_head(a: list[int], b: list[int]) -> int:
+    """How many characters two texts share at their start, to within one rung below,
+    from their :func:`head_marks`."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n * HEAD_RUNG
 
 
 # A result with less content than this (markup and spacing removed) is an

@@ -68,6 +68,41 @@ def test_messages_that_move_forward_are_not_ping_pong() -> None:
     assert scan_with(run, PingPong()) == (None, None)
 
 
+ROLE_PLAY = (
+    "As the Chief Technology Officer of our software company, I oversee the technical "
+    "direction. The company makes programs for its users; the CEO, the product owner, "
+    "the programmer, the reviewer and the tester work together on each task, in turns, "
+    "until the task is done. Our customer asked for a game with a graphical interface. "
+)
+
+
+def test_a_fixed_preamble_before_each_message_is_not_the_request() -> None:
+    # both roles open every message with the same long preamble (longer than the part
+    # of a message compared) and then say something new each time: a conversation
+    bodies = [
+        "We will write it in Python with pygame.",
+        "The main loop reads input, updates the snake and draws the board.",
+        "Collision detection checks the head against the walls and the body.",
+        "The score grows by ten whenever the snake eats the food.",
+        "A game over screen offers a restart or quitting.",
+        "Unit tests cover moving, growing and colliding.",
+    ]
+    events = [msg(("cto", "programmer")[i % 2], ROLE_PLAY * 2 + b) for i, b in enumerate(bodies)]
+    assert scan_with({"run_id": "rp", "events": events}, PingPong()) == (None, None)
+    # the same request bounced after the same preamble is still ping-pong
+    ask = ["Which screen size should the game use?", "Which screen size do you want?"]
+    bounced = [msg(("cto", "programmer")[i % 2], ROLE_PLAY * 2 + ask[i % 2]) for i in range(6)]
+    first_warn, first_stop = scan_with({"run_id": "rp2", "events": bounced}, PingPong())
+    assert first_warn is not None and first_stop is not None
+    # a short opening shared with the last message is the request itself, sent again
+    # with something added: not a preamble
+    unzip = "Please unzip the file located at /workspace/archive_savings_2001_2010_v2.zip"
+    done = "Download complete. Saved the file to /workspace/archive_savings_2001_2010_v2.zip"
+    asks = [unzip, done, unzip, done, unzip + " and list the contents.", done]
+    resent = [msg(("orchestrator", "surfer")[i % 2], t) for i, t in enumerate(asks)]
+    assert scan_with({"run_id": "rp3", "events": resent}, PingPong()) == (3, 4)
+
+
 def test_new_tool_results_between_restatements_reset_the_count() -> None:
     events: list[dict[str, Any]] = []
     for i in range(10):

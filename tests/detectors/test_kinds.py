@@ -101,10 +101,12 @@ def test_a_think_between_tries_does_not_make_the_same_failing_call_new() -> None
         run(booking_loop(lambda i: think("The total seems wrong; let me retry."))), Config()
     )
     # calls at 2, 7, 12, 17: the third identical failing call is told (it may still be a
-    # hiccup), the next one is stopped when its two results came back the same again
-    assert (report.first_warn, report.first_stop) == (12, 13)
+    # hiccup); its result (13), the same error a third time, comes back before the model
+    # could read that, so it is told too; the fourth call, made after both, is stopped
+    assert (report.first_warn, report.first_stop) == (12, 17)
     stop = next(f for f in report.findings if f.severity.value == "stop")
-    assert stop.detector == "error_loop" and "You were told at step 12." in stop.message
+    assert stop.detector == "repeated_call" and "You were told at step 13." in stop.message
+    assert not any(f.severity.value == "stop" for f in report.findings if f.step == 13)
     told = next(f for f in report.findings if f.step == 12)
     assert told.detector == "repeated_call" and "the same error each time" in told.message
 
@@ -156,8 +158,9 @@ def test_a_rewritten_description_does_not_make_a_repeat_new() -> None:
             error=True,
         )
     report = scan(run(events), Config())
-    # the third run of the same command is told, and the agent, told, persists
-    assert (report.first_warn, report.first_stop) == (7, 8)
+    # the third run of the same command is told (7); its failure (8) comes back before the
+    # model could read that; the fourth run, made after, is the agent persisting
+    assert (report.first_warn, report.first_stop) == (7, 10)
     message = report.findings[0].message
     assert "the same (reworded) arguments" in message
     # the description is kept for the message
@@ -398,8 +401,9 @@ def test_the_same_failing_call_across_user_turns_that_bring_nothing() -> None:
         return events
 
     deferring = ["Change my flight please", "Please try again", "Can you proceed?", "Go on"]
-    # the third identical failure is told (7), the agent persists (the error again, 8)
-    assert scan(run(turns(deferring)), Config()).first_stop == 8
+    # the third identical call is told (7), and its failure (8) too: the model has not read
+    # that yet; the fourth call, made after, is the agent persisting
+    assert scan(run(turns(deferring)), Config()).first_stop == 10
     # each turn names another flight: the user changed the request
     specific = ["Change to HAT030", "Try HAT031", "Then HAT032", "Or HAT033"]
     assert scan(run(turns(specific)), Config()).first_stop is None
@@ -541,6 +545,35 @@ def test_re_sending_a_call_that_failed_is_told_at_the_third_same_error() -> None
     assert report.first_stop == 8  # a fourth time, told: stopped
     stop = next(f for f in report.findings if f.severity.value == "stop")
     assert (stop.detector, stop.steps) == ("error_loop", (2, 4, 6, 8))
+
+
+def test_a_warning_the_agent_has_not_read_yet_does_not_earn_a_stop() -> None:
+    # the same failing command three times, then another approach that works: the third
+    # call is warned, and its result (the same error a third time) comes back before the
+    # model could read that warning, so it is a warning too, not a stop
+    failing = tool("bash", {"command": "pytest tests/test_api.py"},
+                   "ImportError: No module named 'requests'", error=True)  # fmt: skip
+    events: Events = [{"kind": "user", "text": "Run the tests."}]
+    for _ in range(3):
+        events += failing
+    recovered = [
+        *events,
+        *tool("bash", {"command": "pip install requests"}, "Successfully installed requests"),
+        *tool("bash", {"command": "pytest tests/test_api.py"}, "5 passed in 0.30s"),
+    ]
+    report = scan(run(recovered), Config())
+    assert (report.first_warn, report.first_stop) == (5, None)
+    told = {(f.detector, f.step) for f in report.findings}
+    assert told >= {("repeated_call", 5), ("error_loop", 6)}
+    # the guard agrees: the third call is not run, the model reads why; nothing stops
+    guard = Guard(Config())
+    actions = [guard.observe("r", ev).action for ev in recovered]
+    assert actions[5] == "skip" and "stop" not in actions
+    # persisting after it is stopped: the fourth identical call, made once it was told
+    persisted = scan(run(events + failing), Config())
+    assert persisted.first_stop == 7
+    stop = next(f for f in persisted.findings if f.severity.value == "stop")
+    assert stop.step == 7 and "You were told at step 6." in stop.message
 
 
 def test_different_calls_failing_the_same_way_are_exploring() -> None:

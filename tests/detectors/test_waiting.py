@@ -84,6 +84,15 @@ def test_checking_without_waiting_is_warned_early_never_stopped_for_repeating() 
     assert report.first_stop is None
 
 
+def test_a_check_that_waits_an_unstated_time_is_not_checking_at_once() -> None:
+    # ``--watch`` blocks until the status changes or the command gives up: each check
+    # waited, for how long the trace does not say
+    report = scan(run(ci_wait(8, "gh pr checks 42 --watch")), Config())
+    assert report.verdict == "ok", report.to_dict()
+    # the same checks without the watch are checking at once
+    assert scan(run(ci_wait(8, "gh pr checks 42")), Config()).first_warn is not None
+
+
 def test_a_scan_takes_no_time_for_events_that_carry_none(monkeypatch: pytest.MonkeyPatch) -> None:
     # a machine that stalls a minute between two events (swapping, a paused worker):
     # the run recorded no times, so the report is the one a fast machine makes
@@ -154,6 +163,18 @@ def test_tools_named_to_wait_and_results_that_say_not_yet() -> None:
     assert reports_pending('{"id": 1, "status": "in_progress"}' + " " * 300)
     assert not reports_pending("Running 5 tests" + "." * 300)  # a log, not a status
     assert not reports_pending("FAILED tests/x.py")
+    # said in other words: still being made, not done yet, come back later
+    for not_yet in (
+        "Export is still being prepared. Try again later.",
+        "Your report is not ready yet.",
+        "The index build is not finished yet",
+        "Results not yet available for job 9",
+        "Generating thumbnails (12/40)",
+    ):
+        assert reports_pending(not_yet), not_yet
+    # an error is not a wait: a flight not available will not become available by polling
+    assert not reports_pending("Error: flight HAT030 not available on date 2024-05-13")
+    assert not reports_pending("Task complete: the report is ready.")
 
 
 def test_wait_budget_refuses_nonsense() -> None:

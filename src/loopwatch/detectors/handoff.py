@@ -9,7 +9,14 @@ from ..events import MODEL, SPAN
 from ..findings import Finding, Severity
 from ..redact import redact
 from ..state import DetectorState, Record, dump_map, load_map
-from ..text import fingerprint, request_overlap, request_words
+from ..text import (
+    HEAD_RUNG,
+    fingerprint,
+    head_marks,
+    request_overlap,
+    request_words,
+    shared_head,
+)
 from .base import Context, Detector, preview, severity_for, trim
 
 __all__ = ["PingPong"]
@@ -20,6 +27,13 @@ _SPANS_MAX: Final = 64  # span id -> agent name, to resolve handoffs in span tre
 _STEPS_MAX: Final = 10
 _TEXT_CHARS: Final = 400  # a request shows in its first sentences; bounds state
 _AGENT_SPANS: Final = frozenset({"agent", "handoff", "subagent", "sub_agent", "crew", "task"})
+# An opening a message shares with its sender's last one is a preamble (dropped before
+# comparing) when it fills at least half of what is compared: shorter, it is the request
+# itself sent again with something added ("Please unzip the file ... and list the
+# contents"), as Magentic-One's orchestrator does in the corpus's labelled loops. What
+# follows the preamble must hold this many content words, or the whole message is compared.
+_PREAMBLE_CHARS: Final = _TEXT_CHARS // 2
+_BODY_WORDS: Final = 3
 
 
 @final
@@ -63,23 +77,27 @@ class Exchange(Record):
 
 @final
 class PingPongState(DetectorState):
-    """Exchanges by agent pair, who addressed whom, and agent spans by id."""
+    """Exchanges by agent pair, who addressed whom, agent spans by id, and how each
+    agent's last message opened."""
 
-    __slots__ = ("asked", "last", "pairs", "spans")
+    __slots__ = ("asked", "heads", "last", "pairs", "spans")
 
     def __init__(self) -> None:
         self.last: str | None = None  # the last sender
         self.pairs: dict[str, Exchange] = {}  # "a<>b" -> exchange (LRU, at most 8)
         self.asked: dict[str, str] = {}  # agent -> who last addressed it
         self.spans: dict[str, str] = {}  # span id -> agent name
+        # agent -> [the length of its preamble, *text.head_marks of its last message]
+        # (LRU, at most 8)
+        self.heads: dict[str, list[int]] = {}
 
     def dump(self) -> Any:
-        return [self.last, dump_map(self.pairs), self.asked, self.spans]
+        return [self.last, dump_map(self.pairs), self.asked, self.spans, self.heads]
 
     @classmethod
     def load(cls, data: Any) -> PingPongState:
         st = cls()
-        st.last, pairs, st.asked, st.spans = data
+        st.last, pairs, st.asked, st.spans, st.heads = data
         st.pairs = load_map(Exchange, pairs)
         return st
 
@@ -158,7 +176,7 @@ class PingPong(Detector):
         st.last = sender
         if recipient is None or recipient == sender or not text:
             return None
-        text = text[:_TEXT_CHARS]
+        text = _body(st, sender, text)[:_TEXT_CHARS]
         pair = "<>".join(sorted((sender, recipient)))
         pairs = st.pairs
         entry = pairs.pop(pair, None)
@@ -248,3 +266,27 @@ class PingPong(Detector):
         if caller is None:
             return None, None, ""
         return caller, ev.name, ev.text.strip()
+
+
+def _body(st: PingPongState, sender: str, text: str) -> str:
+    """The message without the long opening it shares with the sender's last message
+    (to within 32 characters): its preamble. A message that is, to within those 32
+    characters, the sender's last one again keeps the preamble learned before (a
+    request re-sent is compared as itself). The whole message when too little is
+    left to compare."""
+    heads = st.heads
+    marks = head_marks(text)
+    last = heads.pop(sender, None)
+    preamble = 0
+    if last is not None:
+        head = shared_head(last[1:], marks)
+        preamble = last[0] if head + HEAD_RUNG > len(text) else head
+        if preamble < _PREAMBLE_CHARS:
+            preamble = 0
+    heads[sender] = [preamble, *marks]
+    if len(heads) > _PAIRS_MAX:
+        del heads[next(iter(heads))]
+    if preamble == 0:
+        return text
+    body = text[preamble:]
+    return body if len(request_words(body)) >= _BODY_WORDS else text

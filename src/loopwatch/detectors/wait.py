@@ -136,7 +136,13 @@ class WaitBudget(Detector):
         ev = ctx.event
         if ev.kind == TOOL_CALL:
             command = ev.command
-            seconds = declared_wait(command) if command is not None else _tool_seconds(ev.args)
+            if command is not None:
+                declared = declared_wait(command)
+                # a wait of no stated length (--watch, wait) blocks until something
+                # changes: it waited, at least as long as checking at once does not
+                seconds = (declared or _HAMMERING) if declared is not None else 0.0
+            else:
+                seconds = _tool_seconds(ev.args)
             if seconds:
                 st.waited += seconds
             return None
