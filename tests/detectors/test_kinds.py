@@ -518,6 +518,34 @@ def test_a_new_reply_from_the_instructed_agent_is_news() -> None:
     assert "repeated_instruction" in exchange(["Error 404: file not found"] * 4)
 
 
+SUMMARIES = [
+    "The paper proposes a sparse attention kernel that cuts memory by 40% on PG-19.",
+    "Ordering code tasks by difficulty improves pass@1 by 3 points in this study.",
+    "A benchmark of 500 multi-step web tasks: agents fail mostly at navigation.",
+    "Retrieval-augmented models hallucinate less on biomedical QA, on a new dataset.",
+    "Reward hacking in RLHF is curbed by a regulariser on the KL term, on summaries.",
+]
+
+
+@pytest.mark.parametrize("addressed", [True, False])
+def test_a_manager_handing_out_a_list_from_a_template_is_not_stuck(addressed: bool) -> None:
+    # only the item changes in the manager's messages; each worker reply is new (and
+    # is news for the manager whether or not it is addressed back)
+    events: Events = [{"kind": "user", "text": "Summarise these five papers."}]
+    for i, summary in enumerate(SUMMARIES, 1):
+        ask = f"Please summarise paper {i} in five bullet points, focusing on method and results."
+        events.append(model(ask, agent="manager", **({"to": "worker"} if addressed else {})))
+        events.append(model(summary, agent="worker", **({"to": "manager"} if addressed else {})))
+    assert scan(run(events), Config()).findings == []
+    # the same worker reply each time: the manager's instructions bring nothing new
+    stuck: Events = [{"kind": "user", "text": "Summarise these five papers."}]
+    for i in range(1, 6):
+        ask = f"Please summarise paper {i} in five bullet points, focusing on method and results."
+        stuck.append(model(ask, agent="manager", to="worker"))
+        stuck.append(model("Error: the PDF could not be opened.", agent="worker", to="manager"))
+    assert scan(run(stuck), Config()).first_stop is not None
+
+
 def test_an_instruction_the_trace_did_not_record_is_not_a_repeat() -> None:
     events: Events = [{"kind": "user", "text": "Go"}]
     for _ in range(4):

@@ -88,7 +88,8 @@ class RepeatedInstruction(Detector):
     one: a tool result not seen recently, a page not shown before (a result with an
     address near its start: the same address showing a page whose word set overlaps
     the last showing's by 0.75 or more is the same page, whatever the scroll
-    position or the OCR says), a user turn, or a new message from the recipient.
+    position or the OCR says), a user turn, or a new message from the recipient
+    (addressed back to the sender or not).
     A new call alone is not news: clicking somewhere else and landing on a page
     already seen teaches nothing.
 
@@ -121,10 +122,13 @@ class RepeatedInstruction(Detector):
         ev = ctx.event
         kind = ev.kind
         if kind == MODEL:
-            if ev.agent and ev.to and ev.to != ev.agent and ev.to.lower() != "user":
-                return self._instruction(ctx, st, ev.agent, ev.to)
+            # an instructed agent's message is its reply, addressed back or not (a
+            # worker answering its manager with ``to`` set is news for the manager's
+            # thread, then an instruction of its own)
             if ev.agent and st.threads:
                 self._reply(st, ev.agent, ev.text if ev.text_known else None)
+            if ev.agent and ev.to and ev.to != ev.agent and ev.to.lower() != "user":
+                return self._instruction(ctx, st, ev.agent, ev.to)
             return None
         if not st.threads:
             return None  # no instruction yet: nothing to judge, no page to keep

@@ -7,7 +7,7 @@ from typing import Any, Final, final
 from ..events import MODEL, TOOL_CALL
 from ..findings import Finding, Severity
 from ..state import KeyedState, StateError, Written
-from ..text import jaccard, plain_words
+from ..text import jaccard, plain_words, request_overlap, request_words
 from .base import Context, Detector, preview, severity_for, trim
 
 _AGENTS_MAX: Final = 16
@@ -15,6 +15,11 @@ _STEPS_MAX: Final = 8
 # Only the first characters of an output are compared: a restatement shows from its
 # start, and this bounds the cost per event and the state kept per agent.
 _COMPARE_CHARS: Final = 1500
+# Another agent's output that shares this much of its content words with an agent's
+# last output (in its first characters) answers it in kind: a request bounced back is
+# no news (PingPong's measure and threshold).
+_ECHO_OVERLAP: Final = 0.6
+_ECHO_CHARS: Final = 400
 
 
 def _shared_head(a: str, b: str) -> int:
@@ -71,7 +76,10 @@ class Stagnation(Detector):
     outputs, the call-level detectors judge whether the action is a loop, and a
     thought restated before each new action is normal (clean runs do it). Outputs
     are compared per agent (the ``agent`` field), so two agents bouncing the same
-    request back and forth are caught as each repeating itself.
+    request back and forth are caught as each repeating itself. Another agent saying
+    something new in between (not bouncing the request back) is news, as a tool call
+    is: a manager handing out one item after another from a template, each answered by
+    a worker's new reply, is not stuck. No run of the corpus changes by it.
 
     Similarity is the Jaccard index of the two outputs' word sets, which is blind to
     word and clause order (a plan restated with its clauses shuffled scores 0.93 on
@@ -121,6 +129,23 @@ class Stagnation(Detector):
             return False
         return jaccard(wa, wb) >= self.similarity
 
+    def _heard(self, agents: dict[str, Restatement], text: str) -> None:
+        """An agent saying something new that restates none of the other agents' last
+        outputs is news for them: their next output answers it, and is not "in a row"
+        with their last (a manager handing out one item after another from a template,
+        each answered by a worker's new reply). An agent that only bounces another's
+        request back restates it, and the bounce goes on counting."""
+        for other in [k for k, e in agents.items() if not self._echoes(text, e.text)]:
+            del agents[other]
+
+    def _echoes(self, text: str, other: str) -> bool:
+        """Whether ``text`` restates ``other``: this detector's own test, or, for
+        requests too short for it, sharing most content words (PingPong's measure)."""
+        if _same(text, other) or self._similar(text, other):
+            return True
+        a, b = request_words(text[:_ECHO_CHARS]), request_words(other[:_ECHO_CHARS])
+        return request_overlap(a, b) >= _ECHO_OVERLAP
+
     def observe(self, ctx: Context) -> Finding | None:
         agents = ctx.state.slot(self.slot_name(), StagnationState).by_key
         if ctx.event.kind == TOOL_CALL:
@@ -146,6 +171,8 @@ class Stagnation(Detector):
             entry = prev
         else:
             entry = Restatement(text, ctx.step)
+            if agents:
+                self._heard(agents, text)
         agents[agent] = entry
         if len(agents) > _AGENTS_MAX:
             del agents[next(iter(agents))]
