@@ -630,6 +630,21 @@ def test_the_same_error_between_other_tools_successes_is_a_warning() -> None:
     assert scan(run(attempts("book")), Config()).verdict == "ok"
 
 
+def test_a_test_run_failing_fewer_tests_after_each_edit_moves() -> None:
+    def cycles(failing: list[int]) -> Events:
+        events: Events = [{"kind": "user", "text": "Make the tests pass."}]
+        for i, n in enumerate(failing):
+            events += tool("bash", {"command": "pytest -q"}, f"{n} failed, {30 - n} passed",
+                           error=True)  # fmt: skip
+            events += tool("edit", {"path": "p.py", "new": f"fix {i}"}, "The file p.py was edited.")
+        return events
+
+    assert scan(run(cycles([6, 5, 4, 3, 2, 1])), Config()).findings == []
+    # the same count each time: the edits do not touch it
+    stuck = scan(run(cycles([6, 6, 6])), Config()).findings
+    assert [(f.detector, f.severity.value) for f in stuck] == [("error_loop", "warn")]
+
+
 # -- browsing ------------------------------------------------------------------------------
 VIEWER = " ".join(f"figure{i} table{i} section{i}" for i in range(30))
 
