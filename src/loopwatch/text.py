@@ -343,10 +343,11 @@ def _asked(value: str, asks: list[int]) -> None:
 
 
 def _has_mark(word: str) -> bool:
-    """Whether a word holds a digit, ``_``, ``@`` or ``#``: a loop, not ``any()`` over a
-    generator (a generator object per word cost most of :func:`_asked`)."""
+    """Whether a word holds a digit, ``_``, ``@``, ``#``, or a ``.`` or ``/`` inside it
+    (a domain, a file, a path: its edges are stripped before): a loop, not ``any()``
+    over a generator (a generator object per word cost most of :func:`_asked`)."""
     for c in word:  # noqa: SIM110 - any() over a generator is the cost this saves
-        if c.isdigit() or c in "_@#":
+        if c.isdigit() or c in "_@#./":
             return True
     return False
 

@@ -245,9 +245,16 @@ def test_error_loop_resets_on_success() -> None:
 def test_no_progress_reworded_searches_landing_on_the_same_page() -> None:
     page = "Acme Corp - Wikipedia. Acme Corp is a fictional company that makes everything."
     events: Events = []
-    for i in range(12):
-        events += tool("search", {"q": f"acme ceo name variant {i}"}, page)
+    words = ["who", "name", "chief", "executive", "head", "leader", "boss", "current",
+             "founder", "president", "chair", "director"]  # fmt: skip
+    for word in words:
+        events += tool("search", {"q": f"acme ceo {word}"}, page)
     assert firsts(only(NoProgress(), events)) == (11, 21)
+    # the same page for another year asked about each time: each is another question
+    asked: Events = []
+    for year in range(2010, 2022):
+        asked += tool("search", {"q": f"acme ceo in {year}"}, page)
+    assert firsts(only(NoProgress(), asked)) == (None, None)
 
 
 def test_no_progress_ignores_acknowledgements_of_new_writes() -> None:

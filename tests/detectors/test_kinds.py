@@ -193,6 +193,27 @@ def test_reworded_searches_that_each_find_nothing_are_not_progress() -> None:
     assert {f.detector for f in report.findings} >= {"futility"}
 
 
+@pytest.mark.parametrize(
+    ("name", "key", "values", "answer"),
+    [
+        ("whois", "domain", ["foo.com", "bar.org", "baz.net", "qux.io", "quux.dev", "corge.ai"],
+         "No match for domain."),
+        ("get_customer", "id", [f"C-{1000 + i}" for i in range(6)], "Customer not found."),
+        ("search_dir", "search_term", ["parse_expr", "lex_number", "read_token", "next_char",
+                                       "peek_char", "LexerState"], "No matches found in /repo"),
+    ],
+)  # fmt: skip
+def test_lookups_of_other_things_that_each_find_nothing_are_answers(
+    name: str, key: str, values: list[str], answer: str
+) -> None:
+    # each call asks about another domain, id or name: "not found" is that one's answer,
+    # not the same empty result again
+    events: Events = [{"kind": "user", "text": "Check each of these."}]
+    for value in values:
+        events += tool(name, {key: value}, answer)
+    assert scan(run(events), Config()).findings == []
+
+
 def test_reworded_searches_that_find_things_are_research() -> None:
     events: Events = []
     for i, query in enumerate(QUERIES):

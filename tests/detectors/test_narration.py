@@ -10,6 +10,7 @@ from runs import Events, run
 
 from loopwatch import Config, Guard, NoEffect, scan
 from loopwatch.detectors.narration import read
+from loopwatch.hooks._events import tool_result
 
 
 def click(x: int, y: int) -> dict[str, Any]:
@@ -125,6 +126,37 @@ def test_an_image_only_result_is_no_result() -> None:
         events += [click(973, 761), {"kind": "tool_result", "name": "click", "unknown": ["text"]},
                    said(note)]  # fmt: skip
     assert scan(run(events), Config()).first_stop is not None
+
+
+SCREENSHOT = [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                          "data": "iVBORw0KGgo"}}]  # fmt: skip
+
+
+def test_a_screenshot_recorded_as_the_result_is_no_result() -> None:
+    # a computer-use tool whose result is content blocks holding only an image (Claude
+    # Code's transcripts and hooks, computer-use loops): unknown text, never "the same
+    # result", whatever the image blocks say (exporters often leave the pixels out)
+    def scrolls(notes: list[str]) -> Events:
+        events: Events = [TASK]
+        for i, note in enumerate(notes):
+            action = {"action": "scroll", "coordinate": [640, 400], "scroll_direction": "down"}
+            events += [
+                {"kind": "tool_call", "name": "computer", "args": action, "id": f"s{i}"},
+                tool_result("computer", f"s{i}", SCREENSHOT, None),
+                said(note),
+            ]
+        return events
+
+    assert tool_result("computer", "s0", SCREENSHOT, None)["unknown"] == ["text"]
+    reading = scan(run(scrolls(["I scroll down to see more of the page."] * 8)), Config())
+    assert reading.findings == []
+    # the same click the narration says did nothing is still caught, by the narration
+    events: Events = [TASK]
+    for note in STUCK:
+        events += [click(973, 761), tool_result("click", None, SCREENSHOT, None), said(note)]
+    report = scan(run(events), Config())
+    assert report.first_stop is not None
+    assert {f.detector for f in report.findings} == {"no_effect"}
 
 
 def test_reading_a_narration() -> None:

@@ -243,6 +243,20 @@ class Showing(Record):
         self.steps = [step]
 
 
+def asks_anew(ctx: Context, rec: CallRecord) -> bool:
+    """Whether a new call that got a result seen before asked something specific that
+    the call which got it first did not: another date, route, id or number (a trip
+    planned leg by leg whose searches list some of the same flights), not the same
+    question in new words (reworded searches landing on the same page). Read from the
+    fingerprints of what the calls ask about (CallRecord.asks, from the arguments
+    themselves: redaction changes no verdict); False when the first left the window."""
+    key = rec.result
+    for earlier in ctx.calls:
+        if earlier is not rec and earlier.result == key and earlier.step < rec.step:
+            return not set(rec.asks).issubset(earlier.asks)
+    return False
+
+
 def show_page(pages: dict[str, list[Showing]], ctx: Context) -> Showing | None:
     """Note that this result shows a page, in a detector's ``pages`` (address
     fingerprint -> the distinct pages it showed, LRU, 8 x 8); return the page's

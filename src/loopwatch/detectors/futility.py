@@ -9,7 +9,7 @@ from ..findings import Finding, Severity
 from ..fingerprints import is_noop_command
 from ..state import CallRecord, DetectorState
 from ..text import contentless, negative
-from .base import Context, Detector, severity_for, trim
+from .base import Context, Detector, asks_anew, severity_for, trim
 
 _STEPS_MAX = 8  # evidence steps kept
 _NOOPS_MAX = 8  # no-op calls still waiting for their result
@@ -78,20 +78,6 @@ def _moved(ctx: Context, rec: CallRecord) -> bool:
             between = True
             continue
         return between and earlier.result is not None and earlier.result != rec.result
-    return False
-
-
-def _asks_anew(ctx: Context, rec: CallRecord) -> bool:
-    """Whether a new call that got a result seen before asked something specific that
-    the call which got it first did not: another date, route, id or number (a trip
-    planned leg by leg whose searches list some of the same flights), not the same
-    question in new words (reworded searches landing on the same page). Read from the
-    fingerprints of what the calls ask about (CallRecord.asks, from the arguments
-    themselves: redaction changes no verdict); False when the first left the window."""
-    key = rec.result
-    for earlier in ctx.calls:
-        if earlier is not rec and earlier.result == key and earlier.step < rec.step:
-            return not set(rec.asks).issubset(earlier.asks)
     return False
 
 
@@ -183,7 +169,7 @@ class Futility(Detector):
         ):
             # A bare "ok" from a new call is an edit that went through; "No results
             # found." from a new wording of the same search is not progress.
-            if rec is not None and rec.novel and _asks_anew(ctx, rec):
+            if rec is not None and rec.novel and asks_anew(ctx, rec):
                 return None  # another question whose answer overlaps: the plan moves on
             if rec is not None and not rec.novel and _moved(ctx, rec):
                 return None  # an outcome seen before, but not last time: it moves

@@ -8,7 +8,7 @@ from ..events import TOOL_RESULT, USER
 from ..findings import Finding
 from ..state import DetectorState
 from ..text import contentless, negative
-from .base import Context, Detector, severity_for, trim
+from .base import Context, Detector, asks_anew, severity_for, trim
 
 _STEPS_MAX = 10
 
@@ -33,7 +33,11 @@ class NoProgress(Detector):
     substantial result identical to an earlier one (the arguments made no
     difference: reworded searches landing on the same page). A new result, a new
     error, or a new call acknowledged with a bare "ok" (something was changed) is
-    progress and resets the count.
+    progress and resets the count. So is a new call that asks about something
+    specific the first call with that result did not (another id, file, domain:
+    "not found" for each of six customer ids is six answers), read as ``futility``
+    reads it (:func:`~.base.asks_anew`); no corpus verdict changes by it. A result
+    the trace does not hold (a screenshot) is neither.
 
     Deliberately ignores: the same short acknowledgement from different calls
     (``write_file`` -> ``ok`` for many files, a silent shell edit), and errors that
@@ -60,14 +64,21 @@ class NoProgress(Detector):
             return None
         if ctx.call is not None and ctx.call.poll:
             return None  # the same status while waiting: WaitBudget judges it
+        if not ev.text_known:
+            return None  # a result the trace does not hold (a screenshot): neither stale nor new
         novel_call = ctx.call.novel if ctx.call else True
         repeated = not ctx.novel  # the engine's answer: seen among the last 64 results
         if ev.error:
             stale = repeated
         elif novel_call:
             # a new call's bare "ok" is an edit that went through; a new wording of a
-            # search that finds nothing again is not
-            stale = repeated and (not contentless(ev.text) or negative(ev.text))
+            # search that finds nothing again is not, a lookup of another id, file or
+            # domain that finds nothing is an answer about that one
+            stale = (
+                repeated
+                and (not contentless(ev.text) or negative(ev.text))
+                and not (ctx.call is not None and asks_anew(ctx, ctx.call))
+            )
         else:
             stale = repeated or not ev.text.strip()
         if not stale:

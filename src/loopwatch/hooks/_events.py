@@ -16,6 +16,7 @@ import orjson
 __all__ = [
     "copilot_result",
     "gemini_result",
+    "media_only",
     "result_text",
     "tool_call",
     "tool_result",
@@ -129,14 +130,32 @@ def tool_call(name: Any, args: Any, call_id: Any) -> dict[str, Any]:
     return event
 
 
+# Content blocks that carry no text: a screenshot, a recording, a file.
+_MEDIA: Final = frozenset(
+    {"image", "input_image", "image_url", "audio", "input_audio", "file", "document"}
+)
+
+
+def media_only(response: Any) -> bool:
+    """Whether a result is content blocks none of which is text (a computer-use
+    agent's screenshot): the screen is the result, and the trace holds no text of it."""
+    return (
+        isinstance(response, list)
+        and bool(response)
+        and all(isinstance(p, Mapping) and p.get("type") in _MEDIA for p in response)
+    )
+
+
 def tool_result(name: Any, call_id: Any, response: Any, error: bool | None) -> dict[str, Any]:
     """A result; ``error`` None when the source does not say whether it failed (the
     flag is left out: FORMAT.md's convention reads an ``Error: ...`` text as one)."""
     event: dict[str, Any] = {"kind": "tool_result", "name": str(name or "")}
     if error is not None:
         event["error"] = bool(error)
-    if response is None:
-        event["unknown"] = ["text"]  # no result in the payload: unknown, not empty
+    if response is None or media_only(response):
+        # no result in the payload, or only an image of one: unknown, not empty (two
+        # screenshots recorded without their pixels are not the same screen)
+        event["unknown"] = ["text"]
     else:
         event["text"] = result_text(response)
     if call_id is not None:
