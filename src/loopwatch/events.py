@@ -89,6 +89,12 @@ def _folded_key(text: str, fold: Callable[[str], str]) -> str:
     return _hexdigest(f"{fold(head)}\x00{middle}\x00{fold(tail)}".encode(_UTF8, _LONE))
 
 
+def _with_text(value: Any) -> list[Any]:
+    """A FORMAT.md ``unknown`` value with ``text`` named in it too."""
+    values = [value] if isinstance(value, str) else list(value) if isinstance(value, list) else []
+    return [*values, "text"]
+
+
 def _unknown_fields(value: Any) -> frozenset[str]:
     """The FORMAT.md ``unknown`` list as a set of the fields it may name."""
     if isinstance(value, str):
@@ -270,14 +276,18 @@ class Event:
     def _of_dict(cls, data: dict[str, Any]) -> Event:
         kind = data.get("kind")
         text = data.get("text")
+        unknown_fields = data.get("unknown")
         if text is None:
             text = ""
+            if kind == TOOL_RESULT:
+                # a result without its text: the trace did not carry it (a screenshot
+                # agent's screen, content not captured): unknown, not empty
+                unknown_fields = ["text"] if unknown_fields is None else _with_text(unknown_fields)
         elif not isinstance(text, str):
             text = _sorted_json(text).decode()
         name = data.get("name")
         ident = data.get("id")
         parent = data.get("parent")
-        unknown_fields = data.get("unknown")
         fields = cls._FIELDS
         # the common case first: no field beyond FORMAT.md's (no set built)
         extra = None if fields.issuperset(data) else {k: data[k] for k in data.keys() - fields}
@@ -317,7 +327,7 @@ class Event:
             value = getattr(self, field)
             if value is not None:
                 out[field] = value
-        if self.text or self.kind == MODEL:
+        if self.text or self.kind == MODEL or (self.kind == TOOL_RESULT and self.text_known):
             out["text"] = self.text
         if self.error:
             out["error"] = True

@@ -346,11 +346,14 @@ def test_contentless_is_its_pattern(text: str) -> None:
     assert contentless(text) == expected
 
 
-@given(st.text(max_size=30) | st.sampled_from(["src/m3.py", "AB12", "a@b", "x\u00b2", "#tag"]))
+@given(
+    st.text(max_size=30)
+    | st.sampled_from(["src/m3.py", "AB12", "a@b", "x\u00b2", "#tag", "foo.com", "etc/hosts"])
+)
 def test_a_word_with_a_mark_is_one_with_a_digit_or_a_sign(word: str) -> None:
     from loopwatch.text import _has_mark
 
-    assert _has_mark(word) == any(c.isdigit() or c in "_@#" for c in word)
+    assert _has_mark(word) == any(c.isdigit() or c in "_@#./" for c in word)
 
 
 _VALUE = st.text(alphabet=st.sampled_from(list("abc 12/_-\u00e9")), min_size=0, max_size=30)

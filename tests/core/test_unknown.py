@@ -99,6 +99,27 @@ def test_the_marker_survives_a_round_trip_and_guard_agrees_with_scan() -> None:
     assert first_warn == report.first_warn
 
 
+def test_a_result_without_its_text_is_unknown_and_an_empty_one_stays_empty() -> None:
+    left_out = Event.from_dict({"kind": "tool_result", "name": "computer", "id": "c1"})
+    null = Event.from_dict({"kind": "tool_result", "name": "computer", "text": None})
+    empty = Event.from_dict({"kind": "tool_result", "name": "computer", "text": ""})
+    assert not left_out.text_known and not null.text_known and empty.text_known
+    # written back, each says what it is: an empty result keeps its empty text
+    assert Event.from_dict(empty.to_dict()).text_known
+    assert not Event.from_dict(left_out.to_dict()).text_known
+    # a screenshot agent's scrolls, the results left out, the narration saying nothing
+    # about them: nothing is known to repeat
+    events: Events = [{"kind": "user", "text": "Find the cheapest flight."}]
+    for i in range(8):
+        events += [
+            {"kind": "tool_call", "name": "computer", "id": f"s{i}",
+             "args": {"action": "scroll", "coordinate": [640, 400]}},
+            {"kind": "tool_result", "name": "computer", "id": f"s{i}"},
+            {"kind": "model", "text": "I'll scroll down to see more of the results."},
+        ]  # fmt: skip
+    assert scan(run(events), Config()).findings == []
+
+
 def test_an_unknown_marker_that_names_nothing_known_is_ignored() -> None:
     assert Event.from_dict({"kind": "model", "text": "x", "unknown": ["tokens"]}).text_known
     assert Event.from_dict({"kind": "model", "text": "x", "unknown": "text"}).unknown == {"text"}
