@@ -328,6 +328,23 @@ def test_asking_the_user_again_in_new_words_while_they_defer_is_a_loop() -> None
     assert "You were told at step 10" in stop.message
 
 
+def test_saying_what_is_still_needed_is_asking_for_it() -> None:
+    # no question mark: "please check ... for the reservation ID", "I still need the
+    # reservation ID" ask for it all the same
+    said = [
+        "Could you please provide your reservation ID?",
+        "To cancel I must have the reservation ID. Please check your confirmation email for it.",
+        "Unfortunately there is no way around it. Please look in your messages for the "
+        "reservation ID.",
+        "I understand, but I still need the reservation ID to go on with the cancellation.",
+        "Without it nothing can be done: I still need the reservation ID.",
+        "Goodbye.",
+    ]
+    report = scan(run(talk(said, DEFERS)), Config())
+    assert (report.first_warn, report.first_stop) == (10, 12)
+    assert {f.detector for f in report.findings} == {"restated_reply"}
+
+
 def test_asking_for_one_thing_after_another_is_a_conversation() -> None:
     asks = [
         "Could you provide the date you want to fly?",

@@ -45,7 +45,8 @@ _HASH_MASK: Final = 0xFFFFF  # 20 bits per word: a run of 4 colliding by chance 
 # A sentence of a reply that asks the user for something: a question, or a request.
 _SENTENCES: Final = re.compile(r"[.!?]\s+|\n")
 _ASKS: Final = re.compile(
-    r"\b(?:please (?:provide|share|send|confirm|let me know|tell me)|i (?:will )?need your)\b"
+    r"\b(?:please (?:provide|share|send|confirm|let me know|tell me|check|look|find|locate)"
+    r"|i (?:will |still )?need (?:your|the))\b"
 )
 # The words of asking itself, which two different requests share ("could you provide
 # the dates?", "could you provide the cabin class?"): what is asked for is the rest.
@@ -76,7 +77,7 @@ def _asked_for(text: str) -> list[int]:
     number I cannot go on. Can you provide it?"); none when it asks nothing."""
     if "?" not in text:
         low = text.lower()
-        if "please" not in low and "need your" not in low:
+        if "please" not in low and "need " not in low:
             return []  # most replies ask nothing: one pass over the text tells
     asked: set[int] = set()
     sentences = _SENTENCES.split(text)
@@ -201,7 +202,8 @@ class RestatedReply(Detector):
     questions, feel free to reach out" do not restate each other.
 
     Asking again is counted apart, with the same thresholds: a reply that asks the
-    user (a question, "please provide ...") for what the reply before asked for, in
+    user (a question, "please provide ...", "please check your email for ...", "I still
+    need the ...") for what the reply before asked for, in
     new words ("your reservation ID", "the booking reference", "your confirmation
     number"): a content word of the two requests in common, the words of asking
     ("provide", "confirm", "details") left out so that a form filled one question at
