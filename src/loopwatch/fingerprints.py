@@ -274,6 +274,8 @@ def fold_and_mask(text: str) -> str:
     """
     low = text.lower()
     if not any(stem in low for stem in _TIMING_STEMS):  # most texts: no per-token test
+        if text.isascii() and _already_folded(text):
+            return text  # the same object: a caller may skip hashing it twice
         return _mask_tokens(text)
     tokens = text.split()
     timing = False
@@ -407,6 +409,45 @@ def _mask_token(tok: str) -> str:
         if _may_hold(part):
             parts[j] = _VOLATILE.sub("#", part)
     return "/".join(parts)
+
+
+# What _already_folded reads of an ASCII text, one byte a character: a space stays a
+# space, another whitespace character (as str.split() knows them) becomes a tab, a
+# character _may_hold looks for (a digit, "-", "_", '"', ":") a "1", the rest an "a".
+_WORD_CLASSES: Final = bytes(
+    32 if c == 32
+    else 9 if chr(c).isspace()
+    else 49 if c < 128 and _ASCII_CLASS[c]
+    else 97
+    for c in range(256)
+)  # fmt: skip
+
+
+def _already_folded(text: str) -> bool:
+    """Whether :func:`_mask_tokens` gives an ASCII ``text`` back unchanged: its words
+    are one space apart (no space at either end, no other whitespace) and none is
+    masked. Found by C-speed passes over the text's classes (a translation and a few
+    searches), visiting only the words that hold a character a volatile value needs,
+    instead of splitting the text into words, testing them and joining them again:
+    most tool results have nothing to mask, and that cost 2-3 us each. A word that may
+    hold a volatile value is masked as ``_masked`` masks it and compared, so the answer
+    is exact, never a guess."""
+    classes = text.encode("ascii").translate(_WORD_CLASSES)
+    if b"\t" in classes or b"  " in classes or classes[:1] == b" " or classes[-1:] == b" ":
+        return False
+    n = len(classes)
+    at = classes.find(b"1")
+    while at >= 0:
+        start = classes.rfind(b" ", 0, at) + 1
+        end = classes.find(b" ", at)
+        if end < 0:
+            end = n
+        if end - start >= 8:
+            word = text[start:end]
+            if _may_hold(word) and _mask_token(word) != word:
+                return False
+        at = classes.find(b"1", end)
+    return True
 
 
 # Whether this module runs compiled (mypyc makes its functions built-in functions):

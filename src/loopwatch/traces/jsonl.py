@@ -16,7 +16,15 @@ _NAMED: Final = frozenset(
      "agent", "to", "unknown", "ts"}
 )  # fmt: skip
 # The field without which an event of a kind says nothing a detector can use (see add).
-_MAIN: Final = {"tool_call": "name", "tool_result": "text", "model": "text"}
+# Every kind of KINDS has an entry ("": none).
+_MAIN: Final[dict[Any, str]] = {
+    "tool_call": "name",
+    "tool_result": "text",
+    "model": "text",
+    "user": "",
+    "span": "",
+}
+_UNKNOWN_KIND: Final = "?"  # by identity: what _MAIN gives for a kind not in KINDS
 
 
 class Understanding:
@@ -40,23 +48,29 @@ class Understanding:
 
     def add(self, events: Iterable[Mapping[str, Any]]) -> None:
         """Count one run's events."""
-        for event in events:
-            self.events += 1
-            kind = event.get("kind")
-            if kind not in KINDS:
-                what = "without 'kind'" if "kind" not in event else f"with kind {str(kind)[:40]!r}"
-                self._note(what, event)
-                continue
-            main = _MAIN.get(kind)
-            if main is None or main in event:
-                continue
-            unknown = event.get("unknown")
-            if isinstance(unknown, list) and main in unknown:
-                continue  # not recorded, and said so
-            # A call must name its tool. An output or result without text is an empty
-            # one, unless the event carries fields of its own instead (``output``...).
-            if kind == "tool_call" or not _NAMED.issuperset(event):
-                self._note(f"{kind!r} without {main!r}", event)
+        count = 0  # added once, after the loop (an attribute write per event cost more)
+        try:
+            for event in events:
+                count += 1
+                kind = event.get("kind")
+                # a kind's main field ("" for a kind without one): one lookup, not two
+                main = _MAIN.get(kind, _UNKNOWN_KIND)
+                if main is _UNKNOWN_KIND:
+                    has_kind = "kind" in event
+                    what = f"with kind {str(kind)[:40]!r}" if has_kind else "without 'kind'"
+                    self._note(what, event)
+                    continue
+                if not main or main in event:
+                    continue
+                unknown = event.get("unknown")
+                if isinstance(unknown, list) and main in unknown:
+                    continue  # not recorded, and said so
+                # A call must name its tool. An output or result without text is an empty
+                # one, unless the event carries fields of its own instead (``output``...).
+                if kind == "tool_call" or not _NAMED.issuperset(event):
+                    self._note(f"{kind!r} without {main!r}", event)
+        finally:
+            self.events += count
 
     def _note(self, what: str, event: Mapping[str, Any]) -> None:
         seen = self.unread.get(what)
