@@ -261,7 +261,6 @@ def mask_volatile(text: str) -> str:
 # tools append them to otherwise identical results.
 _TIMING_FIELD = re.compile(r"duration|elapsed|latency|took", re.IGNORECASE)
 _FIELD_ENDS: Final = (":", "=")
-_TIMING_STEMS: Final = ("duration", "elapsed", "latency", "took")
 
 
 def fold_and_mask(text: str) -> str:
@@ -273,7 +272,9 @@ def fold_and_mask(text: str) -> str:
     instead of at every position of the text.
     """
     low = text.lower()
-    if not any(stem in low for stem in _TIMING_STEMS):  # most texts: no per-token test
+    # the stems of _TIMING_FIELD; most texts hold none: no per-token test (written out,
+    # not any() over a tuple: no generator per text)
+    if not ("duration" in low or "elapsed" in low or "latency" in low or "took" in low):
         if text.isascii() and _already_folded(text):
             return text  # the same object: a caller may skip hashing it twice
         return _mask_tokens(text)
@@ -426,27 +427,27 @@ _WORD_CLASSES: Final = bytes(
 def _already_folded(text: str) -> bool:
     """Whether :func:`_mask_tokens` gives an ASCII ``text`` back unchanged: its words
     are one space apart (no space at either end, no other whitespace) and none is
-    masked. Found by C-speed passes over the text's classes (a translation and a few
-    searches), visiting only the words that hold a character a volatile value needs,
-    instead of splitting the text into words, testing them and joining them again:
-    most tool results have nothing to mask, and that cost 2-3 us each. A word that may
-    hold a volatile value is masked as ``_masked`` masks it and compared, so the answer
-    is exact, never a guess."""
-    classes = text.encode("ascii").translate(_WORD_CLASSES)
-    if b"\t" in classes or b"  " in classes or classes[:1] == b" " or classes[-1:] == b" ":
+    masked. Read from the text's classes (one translation, then string searches,
+    native calls in the compiled build), visiting only the words that hold a
+    character a volatile value needs, instead of splitting the text into words,
+    testing them and joining them again: most tool results have nothing to mask, and
+    that cost 2-3 us each. A word that may hold a volatile value is masked as
+    ``_masked`` masks it and compared, so the answer is exact, never a guess."""
+    classes = text.encode("ascii").translate(_WORD_CLASSES).decode("ascii")
+    if "\t" in classes or "  " in classes or classes.startswith(" ") or classes.endswith(" "):
         return False
     n = len(classes)
-    at = classes.find(b"1")
+    at = classes.find("1")
     while at >= 0:
-        start = classes.rfind(b" ", 0, at) + 1
-        end = classes.find(b" ", at)
+        start = classes.rfind(" ", 0, at) + 1
+        end = classes.find(" ", at)
         if end < 0:
             end = n
         if end - start >= 8:
             word = text[start:end]
             if _may_hold(word) and _mask_token(word) != word:
                 return False
-        at = classes.find(b"1", end)
+        at = classes.find("1", end)
     return True
 
 
