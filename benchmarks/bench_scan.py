@@ -8,6 +8,11 @@ its largest worker) is its own. A generated file is scanned at two sizes, ``--ev
 and a quarter of it: a scan in bounded memory shows the same peak at both.
 
     python benchmarks/bench_scan.py [--jobs N] [--events 1000000] [--corpus DIR]
+
+To see where a worker's time goes, write a generated file and scan it as one worker:
+
+    python benchmarks/bench_scan.py --generate 20000 long /tmp/long.jsonl
+    valgrind --tool=callgrind python benchmarks/bench_scan.py --worker /tmp/long.jsonl
 """
 
 from __future__ import annotations
@@ -52,6 +57,23 @@ def one(paths: list[str], jobs: int) -> None:
     print(runs, events, secs, cpu, own, workers)
 
 
+def worker(path: str) -> None:
+    """Scan one native file in this process as a scan worker scans its ranges (read,
+    decode, scan, one range the size of the file), and print its events and the CPU
+    time per event: the unit to profile, e.g. under ``valgrind --tool=callgrind``."""
+    import importlib
+
+    from loopwatch import Config
+
+    scan = importlib.import_module("loopwatch.scan")  # the module, not the function
+    scan._init_worker(Config())
+    cpu = time.process_time()
+    items = scan._scan_range(None, path, 0, os.path.getsize(path), 1)
+    cpu = time.process_time() - cpu
+    events = sum(item.events for item in items if isinstance(item, scan.Report))
+    print(f"{events:,} events, {cpu / max(events, 1) * 1e6:.2f} us CPU an event")
+
+
 def generate(path: str, total: int, short: bool) -> None:
     """Child side: write a generated file of ``total`` events, 200 a run."""
     from _workload import runs_file_lines
@@ -88,8 +110,12 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=HERE.parents[1] / "shared" / "corpus")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # child: jobs
     parser.add_argument("--generate", nargs=2, help=argparse.SUPPRESS)  # child: events, kind
+    parser.add_argument("--worker", metavar="FILE", help="scan FILE as one worker does")
     parser.add_argument("paths", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker is not None:
+        worker(args.worker)
+        return
     if args.one is not None:
         one(args.paths, args.one)
         return
