@@ -54,6 +54,11 @@ _hexdigest = xxhash.xxh3_64_hexdigest
 # Text from Python callers may hold lone surrogates; hashing must not crash on them.
 _UTF8: Final = "utf-8"
 _LONE: Final = "surrogatepass"
+# str.isascii and str.isalpha as functions: the compiled build has no native call for
+# them and calls ``s.isascii()`` by looking the method up by name each time (a few
+# hundred instructions); a function held here is called directly.
+_isascii: Final = str.isascii
+_isalpha: Final = str.isalpha
 
 # Values that change on every call without changing what the call means or what it
 # returned: UUIDs, ISO-8601 timestamps, long hex ids (request ids, trace ids, hashes),
@@ -143,7 +148,7 @@ def page_sketch(text: str) -> list[int] | None:
     unchanged page at 0.75 or more, and 1 of 33 page scrolls (the last screen of a
     page, shown again)."""
     head = text[:_PAGE_CHARS]
-    if head.isascii():
+    if _isascii(head):
         words = {
             w
             for w in head.encode("ascii").translate(_LOWER_WORD_BYTES).split()
@@ -276,7 +281,7 @@ def fold_and_mask(text: str) -> str:
     # not any() over a tuple: no generator per text)
     if not ("duration" in low or "elapsed" in low or "latency" in low or "took" in low):
         # a text of several lines (most real outputs) is folded: no class test for it
-        if text.isascii() and "\n" not in text and _already_folded(text):
+        if _isascii(text) and "\n" not in text and _already_folded(text):
             return text  # the same object: a caller may skip hashing it twice
         return _mask_tokens(text)
     tokens = text.split()
@@ -307,7 +312,7 @@ def _masked(tokens: list[str]) -> list[str]:
 def _may_hold(tok: str) -> bool:
     """:func:`_may_hold_volatile`, by the classes of the characters where that is
     faster (an ASCII token, in the compiled build)."""
-    if _SCAN_CHARACTERS and tok.isascii():
+    if _SCAN_CHARACTERS and _isascii(tok):
         return _may_hold_by_class(tok)
     return _may_hold_volatile(tok)
 
@@ -466,7 +471,7 @@ def normalise_text(text: str) -> str:
     """
     if len(text) >= 8:  # no volatile value is shorter
         text = fold_and_mask(text)
-    if text.isascii():
+    if _isascii(text):
         # The same words as the regex finds in the lower-cased text (runs of ASCII
         # letters and digits), found by one bytes translate and a split: 3x faster on
         # tool arguments (shell commands), which every call normalises.
@@ -509,7 +514,7 @@ def _outcome_words(text: str, error: bool, coarse: bool = False) -> list[str]:
     words: list[str] = []
     append = words.append
     for tok in text.lower().split():
-        if tok.isalpha():
+        if _isalpha(tok):
             if tok in _UNITS and words and words[-1].isdigit():
                 words[-1] = "#"  # "31 ms": a timing
             elif len(tok) >= 3:
@@ -520,7 +525,7 @@ def _outcome_words(text: str, error: bool, coarse: bool = False) -> list[str]:
             continue
         decimal = error and "." in tok
         for part in _PART.findall(tok):
-            if part.isalpha():
+            if _isalpha(part):
                 if part in _UNITS and words and words[-1].isdigit():
                     words[-1] = "#"
                 elif len(part) >= 3:
