@@ -433,8 +433,10 @@ def test_an_event_reads_every_field_it_is_given(data: dict[str, Any]) -> None:
              "cost", "agent", "to", "unknown"}  # fmt: skip
     own = {k: v for k, v in data.items() if k not in known}
     assert ev.extra == (own or None)
-    unknown = data.get("unknown")
-    assert ev.text_known == (unknown != "text")
+    # a result without its text did not record it (FORMAT.md): unknown, like one that
+    # says so
+    unrecorded = data.get("unknown") == "text" or (kind == TOOL_RESULT and text is None)
+    assert ev.text_known == (not unrecorded)
 
 
 _SPACING = st.sampled_from([" ", " ", " ", "  ", "\t", "\n", "\r\n", "\x1c", "\x0b", ""])
