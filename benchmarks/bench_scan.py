@@ -8,6 +8,11 @@ its largest worker) is its own. A generated file is scanned at two sizes, ``--ev
 and a quarter of it: a scan in bounded memory shows the same peak at both.
 
     python benchmarks/bench_scan.py [--jobs N] [--events 1000000] [--corpus DIR]
+
+To see where a worker's time goes, write a generated file and scan it as one worker:
+
+    python benchmarks/bench_scan.py --generate 20000 long /tmp/long.jsonl
+    valgrind --tool=callgrind python benchmarks/bench_scan.py --worker /tmp/long.jsonl
 """
 
 from __future__ import annotations
@@ -26,26 +31,47 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
 
-def timed_scan(paths: list[str], jobs: int) -> tuple[int, int, float]:
+def timed_scan(paths: list[str], jobs: int) -> tuple[int, int, float, float]:
+    """Runs, events, wall seconds and CPU seconds (this process's and its workers')."""
     from loopwatch import Config
     from loopwatch.scan import Report, scan_paths
 
     runs = events = 0
     start = time.perf_counter()
+    cpu = time.process_time()
     for item in scan_paths(paths, Config(), jobs):
         if isinstance(item, Report):
             runs += 1
             events += item.events
-    return runs, events, time.perf_counter() - start
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN)  # the pool has been joined
+    cpu = time.process_time() - cpu + workers.ru_utime + workers.ru_stime
+    return runs, events, time.perf_counter() - start, cpu
 
 
 def one(paths: list[str], jobs: int) -> None:
-    """Child side: scan, then print runs, events, seconds and the peak RSS in MB of this
-    process and of its largest worker (ru_maxrss is in kB on Linux)."""
-    runs, events, secs = timed_scan(paths, jobs)
+    """Child side: scan, then print runs, events, seconds, CPU seconds and the peak RSS
+    in MB of this process and of its largest worker (ru_maxrss is in kB on Linux)."""
+    runs, events, secs, cpu = timed_scan(paths, jobs)
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(runs, events, secs, own, workers)
+    print(runs, events, secs, cpu, own, workers)
+
+
+def worker(path: str) -> None:
+    """Scan one native file in this process as a scan worker scans its ranges (read,
+    decode, scan, one range the size of the file), and print its events and the CPU
+    time per event: the unit to profile, e.g. under ``valgrind --tool=callgrind``."""
+    import importlib
+
+    from loopwatch import Config
+
+    scan = importlib.import_module("loopwatch.scan")  # the module, not the function
+    scan._init_worker(Config())
+    cpu = time.process_time()
+    items = scan._scan_range(None, path, 0, os.path.getsize(path), 1)
+    cpu = time.process_time() - cpu
+    events = sum(item.events for item in items if isinstance(item, scan.Report))
+    print(f"{events:,} events, {cpu / max(events, 1) * 1e6:.2f} us CPU an event")
 
 
 def generate(path: str, total: int, short: bool) -> None:
@@ -68,10 +94,13 @@ def child(*args: str) -> list[str]:
 
 def measured(paths: list[str], jobs: int) -> str:
     out = child("--one", str(jobs), *paths)
-    runs, events, secs, own, workers = int(out[0]), int(out[1]), *map(float, out[2:])
+    runs, events, secs, cpu, own, workers = int(out[0]), int(out[1]), *map(float, out[2:])
     peak = f"peak RSS {own:,.0f} MB" + (f" + {workers:,.0f} MB a worker" if jobs > 1 else "")
     rate = f"{events / secs:,.0f} events/s"
-    return f"{runs:,} runs, {events:,} events in {secs:.2f} s = {rate}; {peak}"
+    # CPU time per event, all processes together: on a machine shared with other work it
+    # moves less than the wall-clock rate does
+    per_event = f"{cpu / max(events, 1) * 1e6:.1f} us CPU an event"
+    return f"{runs:,} runs, {events:,} events in {secs:.2f} s = {rate} ({per_event}); {peak}"
 
 
 def main() -> None:
@@ -81,8 +110,12 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=HERE.parents[1] / "shared" / "corpus")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # child: jobs
     parser.add_argument("--generate", nargs=2, help=argparse.SUPPRESS)  # child: events, kind
+    parser.add_argument("--worker", metavar="FILE", help="scan FILE as one worker does")
     parser.add_argument("paths", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker is not None:
+        worker(args.worker)
+        return
     if args.one is not None:
         one(args.paths, args.one)
         return

@@ -53,6 +53,29 @@ class Finding:
     pattern: str = ""
     decisive: bool = False
 
+    def __init__(
+        self,
+        detector: str,
+        severity: Severity,
+        step: int,
+        steps: tuple[int, ...],
+        message: str,
+        pattern: str = "",
+        decisive: bool = False,
+    ) -> None:
+        # What @dataclass would write for a frozen class (it keeps an __init__ the class
+        # has), written here so that the compiled build compiles it: the generated one
+        # is interpreted, about 10k instructions a finding, and a looping run makes one
+        # at most steps.
+        setter = object.__setattr__
+        setter(self, "detector", detector)
+        setter(self, "severity", severity)
+        setter(self, "step", step)
+        setter(self, "steps", steps)
+        setter(self, "message", message)
+        setter(self, "pattern", pattern)
+        setter(self, "decisive", decisive)
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt through the constructor: reports carrying findings are pickled
         # between processes (scan --jobs, dask), and the compiled build's default

@@ -54,6 +54,11 @@ _hexdigest = xxhash.xxh3_64_hexdigest
 # Text from Python callers may hold lone surrogates; hashing must not crash on them.
 _UTF8: Final = "utf-8"
 _LONE: Final = "surrogatepass"
+# str.isascii and str.isalpha as functions: the compiled build has no native call for
+# them and calls ``s.isascii()`` by looking the method up by name each time (a few
+# hundred instructions); a function held here is called directly.
+_isascii: Final = str.isascii
+_isalpha: Final = str.isalpha
 
 # Values that change on every call without changing what the call means or what it
 # returned: UUIDs, ISO-8601 timestamps, long hex ids (request ids, trace ids, hashes),
@@ -143,7 +148,7 @@ def page_sketch(text: str) -> list[int] | None:
     unchanged page at 0.75 or more, and 1 of 33 page scrolls (the last screen of a
     page, shown again)."""
     head = text[:_PAGE_CHARS]
-    if head.isascii():
+    if _isascii(head):
         words = {
             w
             for w in head.encode("ascii").translate(_LOWER_WORD_BYTES).split()
@@ -261,7 +266,6 @@ def mask_volatile(text: str) -> str:
 # tools append them to otherwise identical results.
 _TIMING_FIELD = re.compile(r"duration|elapsed|latency|took", re.IGNORECASE)
 _FIELD_ENDS: Final = (":", "=")
-_TIMING_STEMS: Final = ("duration", "elapsed", "latency", "took")
 
 
 def fold_and_mask(text: str) -> str:
@@ -273,7 +277,12 @@ def fold_and_mask(text: str) -> str:
     instead of at every position of the text.
     """
     low = text.lower()
-    if not any(stem in low for stem in _TIMING_STEMS):  # most texts: no per-token test
+    # the stems of _TIMING_FIELD; most texts hold none: no per-token test (written out,
+    # not any() over a tuple: no generator per text)
+    if not ("duration" in low or "elapsed" in low or "latency" in low or "took" in low):
+        # a text of several lines (most real outputs) is folded: no class test for it
+        if _isascii(text) and "\n" not in text and _already_folded(text):
+            return text  # the same object: a caller may skip hashing it twice
         return _mask_tokens(text)
     tokens = text.split()
     timing = False
@@ -303,7 +312,7 @@ def _masked(tokens: list[str]) -> list[str]:
 def _may_hold(tok: str) -> bool:
     """:func:`_may_hold_volatile`, by the classes of the characters where that is
     faster (an ASCII token, in the compiled build)."""
-    if _SCAN_CHARACTERS and tok.isascii():
+    if _SCAN_CHARACTERS and _isascii(tok):
         return _may_hold_by_class(tok)
     return _may_hold_volatile(tok)
 
@@ -409,6 +418,45 @@ def _mask_token(tok: str) -> str:
     return "/".join(parts)
 
 
+# What _already_folded reads of an ASCII text, one byte a character: a space stays a
+# space, another whitespace character (as str.split() knows them) becomes a tab, a
+# character _may_hold looks for (a digit, "-", "_", '"', ":") a "1", the rest an "a".
+_WORD_CLASSES: Final = bytes(
+    32 if c == 32
+    else 9 if chr(c).isspace()
+    else 49 if c < 128 and _ASCII_CLASS[c]
+    else 97
+    for c in range(256)
+)  # fmt: skip
+
+
+def _already_folded(text: str) -> bool:
+    """Whether :func:`_mask_tokens` gives an ASCII ``text`` back unchanged: its words
+    are one space apart (no space at either end, no other whitespace) and none is
+    masked. Read from the text's classes (one translation, then string searches,
+    native calls in the compiled build), visiting only the words that hold a
+    character a volatile value needs, instead of splitting the text into words,
+    testing them and joining them again: most tool results have nothing to mask, and
+    that cost 2-3 us each. A word that may hold a volatile value is masked as
+    ``_masked`` masks it and compared, so the answer is exact, never a guess."""
+    classes = text.encode("ascii").translate(_WORD_CLASSES).decode("ascii")
+    if "\t" in classes or "  " in classes or classes.startswith(" ") or classes.endswith(" "):
+        return False
+    n = len(classes)
+    at = classes.find("1")
+    while at >= 0:
+        start = classes.rfind(" ", 0, at) + 1
+        end = classes.find(" ", at)
+        if end < 0:
+            end = n
+        if end - start >= 8:
+            word = text[start:end]
+            if _may_hold(word) and _mask_token(word) != word:
+                return False
+        at = classes.find("1", end)
+    return True
+
+
 # Whether this module runs compiled (mypyc makes its functions built-in functions):
 # the character scan of _may_hold_by_class pays only there.
 _SCAN_CHARACTERS: Final = not isinstance(_may_hold_by_class, types.FunctionType)
@@ -423,7 +471,7 @@ def normalise_text(text: str) -> str:
     """
     if len(text) >= 8:  # no volatile value is shorter
         text = fold_and_mask(text)
-    if text.isascii():
+    if _isascii(text):
         # The same words as the regex finds in the lower-cased text (runs of ASCII
         # letters and digits), found by one bytes translate and a split: 3x faster on
         # tool arguments (shell commands), which every call normalises.
@@ -466,7 +514,7 @@ def _outcome_words(text: str, error: bool, coarse: bool = False) -> list[str]:
     words: list[str] = []
     append = words.append
     for tok in text.lower().split():
-        if tok.isalpha():
+        if _isalpha(tok):
             if tok in _UNITS and words and words[-1].isdigit():
                 words[-1] = "#"  # "31 ms": a timing
             elif len(tok) >= 3:
@@ -477,7 +525,7 @@ def _outcome_words(text: str, error: bool, coarse: bool = False) -> list[str]:
             continue
         decimal = error and "." in tok
         for part in _PART.findall(tok):
-            if part.isalpha():
+            if _isalpha(part):
                 if part in _UNITS and words and words[-1].isdigit():
                     words[-1] = "#"
                 elif len(part) >= 3:

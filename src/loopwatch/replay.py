@@ -148,6 +148,10 @@ def replay(engine: Engine, policy: Policy, state: RunState, events: Iterable[Any
     out = Replay()
     metrics = out.metrics
     merged = out.merged
+    # the engine's method, looked up once: Engine is a plain Python class (an instance
+    # may replace its step), so each ``engine.step(...)`` was a lookup by name on the
+    # instance and its class, about 500 instructions an event
+    step_of = engine.step
     n = 0
     for raw in events:
         if type(raw) is dict:  # what a trace reader gives, without the ABC check below
@@ -161,7 +165,7 @@ def replay(engine: Engine, policy: Policy, state: RunState, events: Iterable[Any
         step = n
         n += 1
         metrics.add(ev)
-        found = engine.step(state, ev)
+        found = step_of(state, ev)
         if not found:
             continue
         verdict = policy.decide(step, ev.kind, found, state)

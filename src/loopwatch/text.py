@@ -47,6 +47,11 @@ __all__ = [
     "word_set",
 ]
 
+# str.isascii and str.isalpha as functions: the compiled build has no native call for
+# them and calls ``s.isascii()`` by looking the method up by name each time (a few
+# hundred instructions); a function held here is called directly.
+_isascii: Final = str.isascii
+_isalpha: Final = str.isalpha
 # A word: a run of letters or digits (no underscores), in any script.
 WORD: Final = re.compile(r"[^\W_]+")
 # ASCII punctuation to spaces: with str.split this finds words several times faster
@@ -64,7 +69,7 @@ _LOWER_SPACED_BYTES: Final = bytes.maketrans(
 
 def _spaced(text: str) -> str:
     """Lower-cased, with ASCII punctuation turned into spaces."""
-    if text.isascii():  # O(1): CPython records it with the string
+    if _isascii(text):  # O(1): CPython records it with the string
         return text.encode("ascii").translate(_LOWER_SPACED_BYTES).decode("ascii")
     return text.lower().translate(_PUNCTUATION)
 
@@ -335,7 +340,7 @@ def _asked(value: str, asks: list[int]) -> None:
         word = word.strip(_WORD_EDGES)
         if len(word) < 2 or len(asks) >= _ASKS_MAX:
             continue
-        if word.isalpha():
+        if _isalpha(word):
             if len(word) >= 3 and word.isupper():
                 asks.append(_spec_id(word.lower()))
         elif _has_mark(word):

@@ -7,8 +7,9 @@ import os
 import re
 import subprocess
 import sys
+from typing import Any
 
-from hypothesis import example, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from loopwatch import Event
@@ -381,3 +382,88 @@ def test_a_result_forgets_its_call_the_same_from_values_or_from_digests(
     from_digests = Event("tool_result", "t", None, text)
     from_digests.forget_echoes(digests, "c1")
     assert from_values.result_key == from_digests.result_key
+
+
+_FIELD_VALUES = st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=4)
+_EVENT_FIELDS = st.sampled_from(
+    ["kind", "name", "args", "text", "id", "parent", "type", "error", "tokens", "cost",
+     "agent", "to", "unknown", "ts", "custom"]
+)  # fmt: skip
+
+
+@given(st.dictionaries(_EVENT_FIELDS, _FIELD_VALUES, max_size=5))
+@example({"kind": "tool_call", "name": "a", "args": None, "agent": "b"})  # a None held
+@example({"kind": "tool_call", "name": "a", "args": {"q": 1}, "agent": "b"})  # one rare field
+@example({"kind": "model", "text": "x", "custom": 1})  # a field of its own
+@example({"kind": "model", "text": "x", "tokens": 3, "cost": 0.5})
+def test_an_event_reads_every_field_it_is_given(data: dict[str, Any]) -> None:
+    """Event.from_dict skips the rarer fields when the common ones account for every
+    key: whatever the dict holds, each field reads as it is given, and the others are
+    kept as the event's own."""
+    from loopwatch.events import TOOL_RESULT
+    from loopwatch.fingerprints import looks_like_error
+
+    ev = Event.from_dict(data)
+
+    def as_str(field: str) -> str | None:
+        value = data.get(field)
+        return None if value is None else str(value)
+
+    assert (ev.name, ev.id, ev.parent, ev.type, ev.agent, ev.to) == tuple(
+        as_str(f) for f in ("name", "id", "parent", "type", "agent", "to")
+    )
+    assert ev.args == data.get("args")
+    kind = data.get("kind")
+    assert ev.kind == (kind if isinstance(kind, str) else "")
+    text = data.get("text")
+    assert ev.text == ("" if text is None else text if isinstance(text, str) else json.dumps(text))
+    error = data.get("error")
+    failed = error in (True, 1, "true", "True", "TRUE") if error is not None else None
+    if failed is None:
+        failed = kind == TOOL_RESULT and looks_like_error(ev.text)
+    assert ev.error == failed
+    for field in ("tokens", "cost"):
+        value = data.get(field)
+        try:
+            expected = float(value) if value is not None else 0.0
+        except (TypeError, ValueError):
+            expected = 0.0
+        assert getattr(ev, field) == expected
+    known = {"kind", "name", "args", "text", "id", "parent", "type", "error", "tokens",
+             "cost", "agent", "to", "unknown"}  # fmt: skip
+    own = {k: v for k, v in data.items() if k not in known}
+    assert ev.extra == (own or None)
+    # a result without its text did not record it (FORMAT.md): unknown, like one that
+    # says so
+    unrecorded = data.get("unknown") == "text" or (kind == TOOL_RESULT and text is None)
+    assert ev.text_known == (not unrecorded)
+
+
+_SPACING = st.sampled_from([" ", " ", " ", "  ", "\t", "\n", "\r\n", "\x1c", "\x0b", ""])
+
+
+@given(
+    st.lists(
+        st.tuples(_ASCII_IDS | _ASCII_CHARS | _PIECES.filter(str.isascii), _SPACING),
+        max_size=14,
+    ).map(lambda parts: "".join(word + space for word, space in parts))
+)
+@example("result of web_search #2: the agent reads src/m3.py")  # a path with a digit
+@example("id 9f1c2b7e-4a3d-4e5f-8a9b-0c1d2e3f4a5b done")  # a value to mask
+@example(" leading and trailing ")
+@example("")
+def test_a_text_already_folded_with_nothing_to_mask_is_its_own_key_text(text: str) -> None:
+    """fold_and_mask gives back the text itself (and result_key hashes it once) exactly
+    when splitting, masking and joining its words would give the same text: a text
+    whose words are one space apart and hold nothing to mask."""
+    from loopwatch.fingerprints import _already_folded, _masked, fold_and_mask
+
+    assume(not re.search("duration|elapsed|latency|took", text, re.IGNORECASE))  # no timings
+    slow = " ".join(_masked(text.split()))
+    assert fold_and_mask(text) == slow
+    assert _already_folded(text) == (slow == text)
+    if slow == text:
+        assert fold_and_mask(text) is text
+        plain = Event("tool_result", "t", text=text)
+        spaced = Event("tool_result", "t", text=f" {text}\n")
+        assert plain.result_key == spaced.result_key

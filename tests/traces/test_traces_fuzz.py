@@ -149,3 +149,44 @@ def test_corruption_never_raises_and_never_loses_an_intact_run(
         assert [r.events for r in runs[run_id]] == [r.events for r in expected], run_id
     for error in errors:
         assert error.path == str(path) and error.reason
+
+
+_KNOWN_KINDS = st.sampled_from(["model", "tool_call", "tool_result", "user", "span"])
+_EVENT_VALUES = (
+    st.none()
+    | st.sampled_from(["t", "tool-call", "", "text", "name"])
+    | st.lists(st.sampled_from(["text", "args"]), max_size=2)
+)
+_NATIVE_EVENTS = st.lists(
+    # mostly known kinds, each with or without its main field, "unknown", a field of
+    # its own; now and then an odd kind or none
+    st.fixed_dictionaries(
+        {"kind": _KNOWN_KINDS | _EVENT_VALUES | st.integers(0, 2)},
+        optional={k: _EVENT_VALUES for k in ("name", "text", "args", "unknown", "output")},
+    )
+    | st.dictionaries(st.sampled_from(["name", "text", "ts"]), _EVENT_VALUES, max_size=2),
+    max_size=8,
+)
+
+
+@given(_NATIVE_EVENTS)
+def test_a_native_run_is_understood_the_same_at_once_or_event_by_event(
+    events: list[dict[str, Any]],
+) -> None:
+    """A list of events that every one is understood is counted at once; whatever the
+    events, the count and what is noted are those of going through them one by one
+    (an iterator takes that way)."""
+    from loopwatch.traces.jsonl import Understanding
+
+    def counted(given: Any) -> tuple[int, dict[str, list[Any]], str]:
+        seen = Understanding("f")
+        try:
+            seen.add(given)
+        except TypeError as exc:  # a kind that is a list: the reader reports the record
+            return seen.events, seen.unread, str(exc)
+        return seen.events, seen.unread, ""
+
+    at_once = counted(events)
+    assert at_once == counted(iter(events))
+    if not at_once[2]:
+        assert at_once[0] == len(events)
