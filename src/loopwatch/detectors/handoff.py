@@ -176,14 +176,13 @@ class PingPong(Detector):
         st.last = sender
         if recipient is None or recipient == sender or not text:
             return None
-        text = _body(st, sender, text)[:_TEXT_CHARS]
+        text, words = _body(st, sender, text)
         pair = "<>".join(sorted((sender, recipient)))
         pairs = st.pairs
         entry = pairs.pop(pair, None)
         mark = ctx.state.news
         if entry is None or entry.mark != mark:
             entry = Exchange(mark)
-        words = request_words(text)
         fp = fingerprint(text)
         # the text is kept (redacted) only for the embeddings to compare with
         kept = redact(text) if self._compare is not None else ""
@@ -268,17 +267,18 @@ class PingPong(Detector):
         return caller, ev.name, ev.text.strip()
 
 
-def _body(st: PingPongState, sender: str, text: str) -> str:
-    """The message without the long opening it shares with the sender's last message
-    (to within 32 characters): its preamble. A message that is, to within those 32
-    characters, the sender's last one again keeps the preamble learned before (a
-    request re-sent is compared as itself). The whole message when too little is
-    left to compare."""
+def _body(st: PingPongState, sender: str, text: str) -> tuple[str, dict[str, int]]:
+    """What of a message is compared, clipped, and its content words: the message
+    without the long opening it shares with the sender's last message (to within 32
+    characters), its preamble. A message that is, to within those 32 characters, the
+    sender's last one again keeps the preamble learned before (a request re-sent is
+    compared as itself). The whole message when too little is left to compare. A
+    message too short to hold a preamble is marked by none (most messages: no hashing)."""
     heads = st.heads
-    marks = head_marks(text)
+    marks = head_marks(text) if len(text) >= _PREAMBLE_CHARS else []
     last = heads.pop(sender, None)
     preamble = 0
-    if last is not None:
+    if last is not None and marks:
         head = shared_head(last[1:], marks)
         preamble = last[0] if head + HEAD_RUNG > len(text) else head
         if preamble < _PREAMBLE_CHARS:
@@ -286,7 +286,10 @@ def _body(st: PingPongState, sender: str, text: str) -> str:
     heads[sender] = [preamble, *marks]
     if len(heads) > _PAIRS_MAX:
         del heads[next(iter(heads))]
-    if preamble == 0:
-        return text
-    body = text[preamble:]
-    return body if len(request_words(body)) >= _BODY_WORDS else text
+    if preamble:
+        body = text[preamble : preamble + _TEXT_CHARS]
+        words = request_words(body)
+        if len(words) >= _BODY_WORDS:
+            return body, words
+    whole = text[:_TEXT_CHARS]
+    return whole, request_words(whole)

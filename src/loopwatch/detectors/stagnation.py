@@ -135,16 +135,16 @@ class Stagnation(Detector):
         with their last (a manager handing out one item after another from a template,
         each answered by a worker's new reply). An agent that only bounces another's
         request back restates it, and the bounce goes on counting."""
-        for other in [k for k, e in agents.items() if not self._echoes(text, e.text)]:
-            del agents[other]
-
-    def _echoes(self, text: str, other: str) -> bool:
-        """Whether ``text`` restates ``other``: this detector's own test, or, for
-        requests too short for it, sharing most content words (PingPong's measure)."""
-        if _same(text, other) or self._similar(text, other):
-            return True
-        a, b = request_words(text[:_ECHO_CHARS]), request_words(other[:_ECHO_CHARS])
-        return request_overlap(a, b) >= _ECHO_OVERLAP
+        words: dict[str, int] | None = None  # the text's request words, made once
+        for other, entry in list(agents.items()):
+            said = entry.text
+            if _same(text, said) or self._similar(text, said):
+                continue  # it restates the other's output
+            if words is None:
+                words = request_words(text[:_ECHO_CHARS])
+            # a request too short for the test above, bounced back in most of its words
+            if request_overlap(words, request_words(said[:_ECHO_CHARS])) < _ECHO_OVERLAP:
+                del agents[other]
 
     def observe(self, ctx: Context) -> Finding | None:
         agents = ctx.state.slot(self.slot_name(), StagnationState).by_key
