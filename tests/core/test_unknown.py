@@ -118,6 +118,9 @@ def test_a_result_without_its_text_is_unknown_and_an_empty_one_stays_empty() -> 
             {"kind": "model", "text": "I'll scroll down to see more of the results."},
         ]  # fmt: skip
     assert scan(run(events), Config()).findings == []
+    # the guard, replaying the same events, agrees step for step
+    guard = Guard(Config())
+    assert {guard.observe("u", ev).action for ev in events} == {"ok"}
 
 
 def test_an_unknown_marker_that_names_nothing_known_is_ignored() -> None:
