@@ -825,6 +825,14 @@ def canonical_args(args: Any) -> bytes:
     return _sorted_json(maybe_json(args))
 
 
+# A string argument that is only a calendar day ("2024-05-03") is kept as it is, like a
+# page number: it is what the call asks about. A clock reading ("...T10:00:07Z") or a
+# day inside a longer text stays masked. Measured on the 8 sources: one run labelled
+# not-a-loop (already warned) is warned 3 events earlier, nothing else changes; an agent
+# scanning six days for a flight, each answer empty, was stopped at the 3rd day.
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
 def _normalise_value(value: Any, depth: int = 0, path: set[int] | None = None) -> Any:
     """The normalised form of an argument value (strings folded, volatile keys masked).
 
@@ -834,6 +842,8 @@ def _normalise_value(value: Any, depth: int = 0, path: set[int] | None = None) -
     :func:`_bounded`; ``path`` holds the ids of the enclosing containers.
     """
     if isinstance(value, str):
+        if len(value) == 10 and _DAY.fullmatch(value) is not None:
+            return value  # a calendar day asked about is a question, not a clock reading
         return normalise_text(value)
     kind = type(value)
     if kind is int or kind is float or kind is bool or value is None:

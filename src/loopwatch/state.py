@@ -60,7 +60,8 @@ __all__ = [
 # 4: the user's news (``news_step``, ``uspec``) and the pending reflection (``quiet``).
 # 5: shell calls marked on CallRecord. 6: polls marked on CallRecord, ``wait_step``.
 # 7: ping_pong keeps how each agent's last message opened (``heads``).
-STATE_VERSION: Final = 7
+# 8: futility keeps the marks of the last call's words (``FutilityState.marks``).
+STATE_VERSION: Final = 8
 # What a serialised state starts with, before its version byte. JSON never starts
 # with it, so a state of format 2 or older is told apart and refused by its version.
 _MAGIC: Final = b"LWS"

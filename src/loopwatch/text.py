@@ -44,7 +44,9 @@ __all__ = [
     "specifics",
     "split_words",
     "word_at_rest",
+    "word_marks",
     "word_set",
+    "words_alike",
 ]
 
 # str.isascii and str.isalpha as functions: the compiled build has no native call for
@@ -133,6 +135,31 @@ def request_overlap(a: Mapping[str, int], b: Mapping[str, int]) -> float:
     if not a or not b:
         return 0.0
     return len(a.keys() & b.keys()) / max(len(a), len(b))
+
+
+# How many content words of a call's arguments run state keeps marks of (word_marks).
+_WORD_MARKS: Final = 16
+
+
+def word_marks(text: str) -> list[int]:
+    """32-bit marks of a short text's content words (:func:`request_words`: filler
+    dropped), sorted, at most 16: what run state keeps to compare the words of two
+    calls without keeping the words (a call's arguments may hold what a store must
+    not)."""
+    marks = {
+        xxhash.xxh32_intdigest(w.encode("utf-8", "surrogatepass"))
+        for w in WORD.findall(text.lower())
+        if w not in _REQUEST_FILLER
+    }
+    return sorted(marks)[:_WORD_MARKS]
+
+
+def words_alike(a: list[int], b: list[int]) -> float:
+    """Shared marks over the larger set of marks (:func:`word_marks`), as
+    :func:`request_overlap` compares words: 0.0 when either is empty."""
+    if not a or not b:
+        return 0.0
+    return len(set(a).intersection(b)) / max(len(a), len(b))
 
 
 def jaccard(a: set[str], b: set[str]) -> float:

@@ -57,6 +57,11 @@ def test_norm_key_folds_rewording_but_keeps_numbers() -> None:
     pages = {call("list_orders", {"page": p, "per_page": 50}).norm_key for p in range(1, 6)}
     assert len(pages) == 5, "pagination must stay distinct"
     assert call("s", {"q": "paris weather"}).norm_key != call("s", {"q": "lyon weather"}).norm_key
+    # a calendar day asked about is a question, like a page: scanning days for a free
+    # flight is not the same search again (a clock reading is masked: see below)
+    dates = [f"2024-05-0{d}" for d in (1, 2, 3)]
+    days = {call("search_flights", {"from": "SFO", "date": x}).norm_key for x in dates}
+    assert len(days) == 3, "each day asked about must stay distinct"
 
 
 def test_norm_key_masks_volatile_values_and_volatile_named_keys() -> None:

@@ -87,6 +87,21 @@ def test_repeated_call_with_changing_results_is_progress() -> None:
     assert firsts(only(RepeatedCall(), events)) == (None, None)
 
 
+def test_scanning_days_for_a_free_flight_is_no_repeated_call() -> None:
+    """Each day asked about is a new question (as each page is), even when every
+    answer is empty; the same day asked again is the same call."""
+    events: Events = [{"kind": "user", "text": "Find me a flight SFO to JFK early in May."}]
+    for day in range(1, 7):
+        args = {"origin": "SFO", "destination": "JFK", "date": f"2024-05-0{day}"}
+        events += tool("search_direct_flight", args, "[]")
+        events += [model(f"No flight on May {day}. Trying the next day.")]
+    assert firsts(scan(run(events), Config())) == (None, None)
+    again: Events = []
+    for _ in range(4):
+        again += tool("search_direct_flight", {"origin": "SFO", "date": "2024-05-01"}, "[]")
+    assert only(RepeatedCall(), again).first_stop is not None
+
+
 def test_repeated_call_restarts_after_a_new_call_in_between() -> None:
     events: Events = []
     for i in range(5):

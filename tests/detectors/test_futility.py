@@ -151,6 +151,58 @@ def test_flip_flopping_between_two_fixes_is_still_futile() -> None:
     assert first_warn is not None and first_stop is not None
 
 
+def asked(name: str, queries: list[str], answer: str) -> Events:
+    """Each query asked after reading the answer to the one before it."""
+    events: Events = []
+    for q in queries:
+        events += [model(f"I need to search {q!r} instead.")]
+        events += tool(name, {"query": q}, answer.format(q=q))
+    return events
+
+
+def test_a_question_reworded_and_answered_the_same_each_time_stops() -> None:
+    """The agent reads the answer, changes a word or two, and the tool says the same
+    thing again: each rewording weighs as a no-op, so the 3rd answer warns and the 4th
+    (after the warning) stops. Counted as plain repeats it would only warn at the 4th."""
+    queries = [
+        "famous songs by Arun Date",
+        "famous songs by Arun Date in India",
+        "famous Marathi songs by Arun Date",
+        "famous Marathi songs by singer Arun Date",
+    ]
+    events = asked("search", queries, "Could not find [{q}]. Similar: ['Indian folk music']")
+    assert firsts(only(events)) == (8, 11)
+
+
+def test_other_questions_answered_with_the_same_page_are_not_rewordings() -> None:
+    """A plan moving on (temples, then Arashiyama, then Gion) whose searches land on
+    the same generic page: the words differ, so each repeat weighs one, not two."""
+    queries = ["kyoto temples", "arashiyama bamboo grove", "gion restaurants", "kyoto hotels"]
+    page = "1. Kyoto travel guide - kyoto.travel\n2. Top 10 things to do in Kyoto"
+    assert only(asked("web_search", queries, page)).first_stop is None
+
+
+def test_shell_commands_printing_the_same_line_are_not_rewordings() -> None:
+    """Reproduction scripts varied to test a hypothesis print the same line: that
+    confirms a finding, it does not re-ask a question."""
+    events: Events = []
+    for case in ("a", "b", "c", "d"):
+        events += tool("Bash", {"command": f"python repro.py --case {case} --verbose"}, "ok: 3")
+    assert only(events).first_stop is None
+
+
+def test_a_reworded_call_made_before_the_answer_came_is_no_rewording() -> None:
+    """Calls sent together in one turn did not read each other's answers."""
+    events: Events = [model("Searching several phrasings at once.")]
+    ids = [f"c{i}" for i in range(4)]
+    queries = ["arun date songs", "arun date songs list", "arun date song list", "arun date hits"]
+    for cid, q in zip(ids, queries, strict=True):
+        events.append({"kind": "tool_call", "name": "search", "args": {"query": q}, "call_id": cid})
+    for cid in ids:
+        events.append({"kind": "tool_result", "name": "search", "text": "No page.", "call_id": cid})
+    assert only(events).first_stop is None
+
+
 def test_new_results_are_progress_even_from_one_command() -> None:
     events: Events = []
     for i in range(12):

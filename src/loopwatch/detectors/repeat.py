@@ -110,7 +110,8 @@ class RepeatedCall(Detector):
     near the start), and otherwise once the call repeats.
 
     Deliberately ignores: the same call far apart with new work in between,
-    pagination (the page number changes the key), and a single retry.
+    pagination (the page number changes the key; so does a calendar day: an agent
+    scanning days for a free flight asks a new question each time), and a single retry.
 
     Defaults: stop at the 3rd call when the two before it returned the same result
     (the call is known futile before it runs); ``warn_at`` 3 is the warning when
