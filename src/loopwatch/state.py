@@ -38,7 +38,7 @@ import orjson
 import zstandard
 from mypy_extensions import mypyc_attr
 
-from .text import args_preview, asks_of, echo_digest, echo_values
+from .text import args_preview, asks_of, echo_digest, echo_values, word_marks
 
 __all__ = [
     "STATE_VERSION",
@@ -60,7 +60,7 @@ __all__ = [
 # 4: the user's news (``news_step``, ``uspec``) and the pending reflection (``quiet``).
 # 5: shell calls marked on CallRecord. 6: polls marked on CallRecord, ``wait_step``.
 # 7: ping_pong keeps how each agent's last message opened (``heads``).
-# 8: futility keeps the marks of the last call's words (``FutilityState.marks``).
+# 8: the marks of a call's words on CallRecord (``marks``).
 STATE_VERSION: Final = 8
 # What a serialised state starts with, before its version byte. JSON never starts
 # with it, so a state of format 2 or older is told apart and refused by its version.
@@ -296,8 +296,8 @@ class Tally(Record):
 
 # CallRecord's fields as dump() writes them (its slots also hold what is never written)
 _CALL_FIELDS: Final = (
-    "args", "asks", "echo", "key", "name", "norm", "novel", "poll", "result", "rstep",
-    "shell", "step", "turn",
+    "args", "asks", "echo", "key", "marks", "name", "norm", "novel", "poll", "result",
+    "rstep", "shell", "step", "turn",
 )  # fmt: skip
 
 
@@ -306,8 +306,8 @@ class CallRecord(Written):
     """One tool call in the run's shared window of recent calls."""
 
     __slots__ = (
-        "_args", "_asks", "_raw", "_redact", "echo", "key", "name", "norm", "novel", "poll",
-        "result", "rstep", "said", "shell", "step", "turn",
+        "_args", "_asks", "_marks", "_raw", "_redact", "echo", "key", "name", "norm", "novel",
+        "poll", "result", "rstep", "said", "shell", "step", "turn",
     )  # fmt: skip
 
     def __init__(
@@ -353,6 +353,7 @@ class CallRecord(Written):
         self.echo: list[list[Any]] = []
         # fingerprints of the specific things the call asks about (``asks``), once read
         self._asks: list[int] | None = None
+        self._marks: list[int] | None = None  # read on first use: see ``marks``
         # a call that waits for something (it sleeps or watches, it repeats a call made
         # before a wait, or its result says the status is pending): polling, which
         # only detectors.wait.WaitBudget judges
@@ -379,6 +380,18 @@ class CallRecord(Written):
             asks = self._asks = [] if said is None else asks_of(said)
         return asks
 
+    @property
+    def marks(self) -> list[int]:
+        """Marks of the content words of the call's short arguments (text.word_marks):
+        what tells a question reworded from another question. Empty for a shell command
+        and for long arguments (their values are not read: CallRecord.said). Read on
+        first use: most calls are never compared."""
+        marks = self._marks
+        if marks is None:
+            said = self.said
+            marks = self._marks = [] if said is None else word_marks(said)
+        return marks
+
     def echo_at_rest(self) -> list[list[Any]]:
         """What finds the call's argument values in its result, as a store keeps it:
         digests (text.echo_digest), until the result has arrived."""
@@ -400,6 +413,7 @@ class CallRecord(Written):
             self.asks,
             self.echo_at_rest(),
             self.key,
+            self.marks,
             self.name,
             self.norm,
             self.novel,
@@ -413,11 +427,14 @@ class CallRecord(Written):
 
     @classmethod
     def load(cls, data: Any) -> CallRecord:
-        if not isinstance(data, list) or len(data) != 13:
-            raise StateError("CallRecord: expected 13 fields")
-        args, asks, echo, key, name, norm, novel, poll, result, rstep, shell, step, turn = data
+        if not isinstance(data, list) or len(data) != 14:
+            raise StateError("CallRecord: expected 14 fields")
+        args, asks, echo, key, marks, name, norm, novel, poll, result, rstep, shell, step, turn = (
+            data
+        )
         rec = CallRecord(step, key, norm, name, novel, args, turn, shell)
         rec._asks = asks
+        rec._marks = marks
         rec.echo = echo
         rec.poll = poll
         rec.result = result

@@ -141,16 +141,16 @@ def request_overlap(a: Mapping[str, int], b: Mapping[str, int]) -> float:
 _WORD_MARKS: Final = 16
 
 
-def word_marks(text: str) -> list[int]:
-    """32-bit marks of a short text's content words (:func:`request_words`: filler
-    dropped), sorted, at most 16: what run state keeps to compare the words of two
-    calls without keeping the words (a call's arguments may hold what a store must
-    not)."""
-    marks = {
-        xxhash.xxh32_intdigest(w.encode("utf-8", "surrogatepass"))
-        for w in WORD.findall(text.lower())
-        if w not in _REQUEST_FILLER
-    }
+def word_marks(said: list[Any]) -> list[int]:
+    """32-bit marks of the content words of a call's argument values (:func:`said_of`;
+    filler dropped as :func:`request_words` drops it), sorted, at most 16: what run
+    state keeps to compare the words of two calls without keeping the words (a call's
+    arguments may hold what a store must not)."""
+    marks: set[int] = set()
+    for value in said:
+        for w in WORD.findall(str(value).lower()):
+            if w not in _REQUEST_FILLER:
+                marks.add(xxhash.xxh32_intdigest(w.encode("utf-8", "surrogatepass")))
     return sorted(marks)[:_WORD_MARKS]
 
 

@@ -51,7 +51,9 @@ def events(draw: Any) -> dict[str, Any]:
     ev: dict[str, Any] = {"kind": kind}
     if kind == "tool_call":
         ev["name"] = draw(st.sampled_from(["search", "fetch", "run", "think"]))
-        ev["args"] = {"q": draw(st.sampled_from(["paris", "Paris ", "lyon", "x"]))}
+        # the last three: another question, and two rewordings of one (futility)
+        queries = ["paris", "Paris ", "lyon", "x", "lyon rain", "paris rain", "paris rain now"]
+        ev["args"] = {"q": draw(st.sampled_from(queries))}
         if draw(st.booleans()):
             ev["args"]["description"] = draw(st.sampled_from(["look it up", "again"]))
         if draw(st.booleans()):

@@ -8,7 +8,7 @@ from ..events import TOOL_CALL, TOOL_RESULT, USER
 from ..findings import Finding, Severity
 from ..fingerprints import is_noop_command
 from ..state import CallRecord, DetectorState
-from ..text import args_text, contentless, negative, word_marks, words_alike
+from ..text import contentless, negative, words_alike
 from .base import Context, Detector, asks_anew, severity_for, trim
 
 _STEPS_MAX = 8  # evidence steps kept
@@ -27,20 +27,18 @@ _NOOP_WEIGHT = 2.0
 # and gets that call's very answer weighs as a no-op: the agent read the answer, changed
 # its words, and the tool said the same thing, so the words make no difference (a
 # search re-phrased until the step limit, each answer the same). Measured on the 8
-# sources: one more labelled loop stopped, no new stop or warning on a run labelled
-# not-a-loop or on a solved run; one unlabelled multi-agent run is stopped at its 4th
-# re-run of a program printing the same answer, which reads as a loop. Left out:
-# shell commands (reproduction scripts varied to test a hypothesis print the same
-# line: counting them warned on a healthy terminal run and stopped a solved SWE-bench
-# run), and calls whose words mostly differ (planning searches for other places that
-# return the same generic page; synonyms tried against an empty index).
+# sources: one more labelled loop stopped, no new stop or warning on any other run.
+# Left out, because each cost a false alarm when counted: program runs (shell commands
+# and code, whose arguments are not read as words: reproduction scripts varied to test
+# a hypothesis print the same line; counting shell commands warned on a healthy
+# terminal run and stopped a solved SWE-bench run), and calls whose words mostly differ
+# (planning searches for other places landing on the same generic page; synonyms tried
+# against an empty index). A batch sent in one turn read no answer in between.
 _REWORDED_WEIGHT = 2.0
 # "Most words the same": shared content words over the larger call's, as stagnation
 # compares an agent's request with its echo. "famous bhavageete by Arun Date" and "...
 # in India" share 4 of 5; "kyoto temples day 1" and "kyoto day 2 itinerary" 2 of 5.
 _ALIKE = 0.6
-# Arguments longer than this (code, documents) are not a question reworded.
-_WORDED_BYTES = 600
 
 # Why each kind of step counts (see the class docstring), and what to do about it.
 _NOOP = "commands that do nothing"
@@ -62,7 +60,7 @@ _ADVICE = {
 class FutilityState(DetectorState):
     """The run's count of futile steps since the last progress, and its evidence."""
 
-    __slots__ = ("alike", "count", "marks", "noops", "said", "start", "steps", "tool", "why")
+    __slots__ = ("count", "noops", "said", "start", "steps", "why")
 
     def __init__(self) -> None:
         self.count: float = 0.0  # weighted futile steps (halved by each progress)
@@ -71,12 +69,6 @@ class FutilityState(DetectorState):
         self.why: dict[str, int] = {}  # kind of futility -> steps of that kind
         self.noops: list[int] = []  # steps of no-op calls whose result is pending
         self.said = ""  # fingerprint of the user's last message
-        # the last call's tool and the marks of its words (text.word_marks; empty for a
-        # shell command or arguments too long or not recorded), and the step of the
-        # latest call that reworded the call before it (-1: none)
-        self.tool = ""
-        self.marks: list[int] = []
-        self.alike = -1
 
 
 def _new_exact(ctx: Context, rec: CallRecord) -> bool:
@@ -105,19 +97,21 @@ def _moved(ctx: Context, rec: CallRecord) -> bool:
     return False
 
 
-def _answered_alike(ctx: Context, rec: CallRecord) -> bool:
-    """Whether the call just before this one (a call of the same tool in other words:
-    FutilityState.alike) was answered before this call was made, and with this very
-    answer: the rewording changed nothing (a search re-phrased four times, answered
-    each time with the same "Could not find ... Similar: [...]")."""
+def _reworded_alike(ctx: Context, rec: CallRecord) -> bool:
+    """Whether the call just before this one was the same tool asked in other words
+    (most content words the same: _ALIKE), was answered before this call was made, and
+    with this very answer: the rewording changed nothing (a search re-phrased four
+    times, answered each time with the same "Could not find ... Similar: [...]")."""
     for earlier in reversed(ctx.calls):
         if earlier is rec or earlier.step >= rec.step:
             continue
         return (
-            earlier.rstep is not None
+            earlier.name == rec.name
+            and earlier.rstep is not None
             and earlier.rstep < rec.step
             and earlier.result is not None
             and earlier.result == rec.result
+            and words_alike(rec.marks, earlier.marks) >= _ALIKE
         )
     return False
 
@@ -179,13 +173,9 @@ class Futility(Detector):
         kind = ev.kind
         if kind == TOOL_CALL:
             command = ev.command
-            if command is not None:
-                if is_noop_command(command):
-                    st.noops.append(ctx.step)
-                    trim(st.noops, _NOOPS_MAX)
-                st.marks = []
-            else:
-                self._words(ctx, st)
+            if command is not None and is_noop_command(command):
+                st.noops.append(ctx.step)
+                trim(st.noops, _NOOPS_MAX)
             return None
         # "Seen before" is the engine's answer (ctx.novel): the result's key among the
         # run's last 64 results and user inputs. An error's key is its signature, so
@@ -218,24 +208,10 @@ class Futility(Detector):
                 return None  # another question whose answer overlaps: the plan moves on
             if rec is not None and not rec.novel and _moved(ctx, rec):
                 return None  # an outcome seen before, but not last time: it moves
-            if rec is not None and rec.novel and rec.step == st.alike and _answered_alike(ctx, rec):
+            if rec is not None and rec.novel and _reworded_alike(ctx, rec):
                 return self._futile(ctx, st, _SAME, tool, _REWORDED_WEIGHT)
             return self._futile(ctx, st, _SAME, tool)
         return self._progress(st)
-
-    @staticmethod
-    def _words(ctx: Context, st: FutilityState) -> None:
-        """Note whether this call rewords the call just before it: the same tool, and
-        most of its content words (_ALIKE) the same."""
-        ev = ctx.event
-        name = ev.name or ""
-        marks: list[int] = []
-        if ev.args_known and len(ev.args_json) <= _WORDED_BYTES:
-            marks = word_marks(args_text(ev.args))
-        if name == st.tool and words_alike(marks, st.marks) >= _ALIKE:
-            st.alike = ctx.step
-        st.tool = name
-        st.marks = marks
 
     @staticmethod
     def _progress(st: FutilityState) -> None:
