@@ -123,7 +123,7 @@ def test_events_that_say_their_text_is_unknown_are_understood(
     events = [
         {"kind": "tool_call", "name": "s", "unknown": ["args"]},
         {"kind": "tool_result", "name": "s", "unknown": ["text"]},
-        {"kind": "model"},  # an empty output, nothing else said
+        {"kind": "model"},  # an output not recorded, nothing else said
         {"kind": "user", "text": "hi", "ts": 3},
     ]
     path = write(tmp_path / "t.jsonl", {"run_id": "a", "events": events})

@@ -126,7 +126,24 @@ def test_a_result_without_its_text_is_unknown_and_an_empty_one_stays_empty() -> 
 def test_an_unknown_marker_that_names_nothing_known_is_ignored() -> None:
     assert Event.from_dict({"kind": "model", "text": "x", "unknown": ["tokens"]}).text_known
     assert Event.from_dict({"kind": "model", "text": "x", "unknown": "text"}).unknown == {"text"}
-    assert Event.from_dict({"kind": "model", "unknown": 5}).unknown == frozenset()
+    assert Event.from_dict({"kind": "model", "text": "x", "unknown": 5}).unknown == frozenset()
+
+
+def test_a_model_turn_without_its_text_is_an_output_not_recorded() -> None:
+    """A turn recorded by its tokens alone is unknown, not empty: twelve of them are not
+    twelve empty outputs in a row (they were stopped as stagnation). An output recorded
+    as "" is empty, and stays so through to_dict."""
+    missing = Event.from_dict({"kind": "model", "tokens": 300})
+    assert not missing.text_known and missing.to_dict() == {
+        "kind": "model", "tokens": 300, "unknown": ["text"],
+    }  # fmt: skip
+    assert Event.from_dict({"kind": "model", "text": None}).unknown == {"text"}
+    empty = Event.from_dict({"kind": "model", "text": ""})
+    assert empty.text_known and Event.from_dict(empty.to_dict()).text_known
+    events = [{"kind": "user", "text": "go"}] + [{"kind": "model", "tokens": 300}] * 12
+    assert scan({"run_id": "r", "events": events}, Config()).findings == []
+    guard = Guard(Config())
+    assert {guard.observe("t", ev).action for ev in events} == {"ok"}
 
 
 def test_hook_payloads_without_input_or_response_are_unknown() -> None:
