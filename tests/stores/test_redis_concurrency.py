@@ -59,8 +59,7 @@ def test_concurrent_processes_lose_and_duplicate_no_step(
 ) -> None:
     procs, runs, steps = stress_size()
     # what is counted here is steps lost or duplicated by concurrent writers, not a slow
-    # reply on a loaded machine given up at the default 0.5 s (the hammering test below
-    # holds the defaults)
+    # reply on a loaded machine given up at the default 0.5 s
     url = f"{redis_server.url}?prefix={prefix}&timeout=10"
     ctx = mp.get_context("fork")
     barrier, out = ctx.Barrier(procs), ctx.Queue()
@@ -102,7 +101,10 @@ def test_concurrent_processes_lose_and_duplicate_no_step(
 
 def hammer(proc: int, url: str, steps: int, barrier: Any, out: Any) -> None:
     try:
-        store = RedisStore.from_url(url)  # the defaults: 0.5 s timeout, no attempt cap
+        # the default conflict policy (back off, no attempt cap); the reply timeout is
+        # raised as in the test above: on a loaded machine one reply can take longer
+        # than the default 0.5 s, which is not what this test is about
+        store = RedisStore.from_url(url)
         guard = Guard(Config(), store=store, on_store_error="raise", max_iterations=10**9)
         barrier.wait(timeout=60)
         for step in range(steps):
@@ -116,9 +118,9 @@ def test_writers_hammering_one_run_back_off_instead_of_giving_up(
     redis_server: Backend, prefix: str
 ) -> None:
     """4 processes on one run id with no pause: every step lands with the default
-    settings (once 1.5% were given up after 33 conflicts in ~10 ms)."""
+    conflict policy (once 1.5% were given up after 33 conflicts in ~10 ms)."""
     procs, steps = 4, 200
-    url = f"{redis_server.url}?prefix={prefix}"
+    url = f"{redis_server.url}?prefix={prefix}&timeout=10"
     ctx = mp.get_context("fork")
     barrier, out = ctx.Barrier(procs), ctx.Queue()
     workers = [ctx.Process(target=hammer, args=(p, url, steps, barrier, out)) for p in range(procs)]
