@@ -28,10 +28,10 @@ _NOOP_WEIGHT = 2.0
 # its words, and the tool said the same thing, so the words make no difference (a
 # search re-phrased until the step limit, each answer the same). Measured on the 8
 # sources: one more labelled loop stopped, no new stop or warning on any other run.
-# Left out, because each cost a false alarm when counted: program runs (shell commands
-# and code, whose arguments are not read as words: reproduction scripts varied to test
-# a hypothesis print the same line; counting shell commands warned on a healthy
-# terminal run and stopped a solved SWE-bench run), and calls whose words mostly differ
+# Left out, because each cost a false alarm when counted: shell commands, and arguments
+# over 600 bytes (code, documents), whose words are not read (reproduction scripts
+# varied to test a hypothesis print the same line; counting shell commands warned on a
+# healthy terminal run and stopped a solved SWE-bench run), and calls whose words mostly differ
 # (planning searches for other places landing on the same generic page; synonyms tried
 # against an empty index). A batch sent in one turn read no answer in between.
 _REWORDED_WEIGHT = 2.0
