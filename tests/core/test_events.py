@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import string
 import subprocess
 import sys
 from typing import Any
@@ -472,3 +473,28 @@ def test_a_text_already_folded_with_nothing_to_mask_is_its_own_key_text(text: st
         plain = Event("tool_result", "t", text=text)
         spaced = Event("tool_result", "t", text=f" {text}\n")
         assert plain.result_key == spaced.result_key
+
+
+_ARG_VALUES = st.lists(
+    st.text(alphabet=string.ascii_letters + string.digits + " _-.,é", max_size=30)
+    | st.text(max_size=30)
+    | st.integers(),
+    max_size=6,
+)
+
+
+@given(_ARG_VALUES, _ARG_VALUES)
+def test_word_marks_compare_words_without_keeping_them(a: list[Any], b: list[Any]) -> None:
+    """A call's word marks are at most 16 sorted 32-bit ints, never its words; two calls'
+    likeness is symmetric, within [0, 1], and 1 for the same words in another order,
+    case or spacing."""
+    from loopwatch.text import word_marks, words_alike
+
+    ma, mb = word_marks(a), word_marks(b)
+    assert len(ma) <= 16 and ma == sorted(set(ma))
+    assert all(isinstance(m, int) and 0 <= m < 2**32 for m in ma)
+    assert 0.0 <= words_alike(ma, mb) == words_alike(mb, ma) <= 1.0
+    # the same words in another order, case (ASCII: "ß".upper() is "SS") and spacing
+    same = [" ".join(str(v).swapcase().split()[::-1]) if str(v).isascii() else v for v in a]
+    if ma:
+        assert words_alike(ma, word_marks(same)) == 1.0
