@@ -72,6 +72,18 @@ def test_identical_clicks_whose_narration_names_something_new_each_time_are_prog
     assert scan(run(banner(counter)), Config()).verdict == "ok"
 
 
+def test_paging_to_pages_that_still_lack_what_is_sought_is_progress() -> None:
+    """The same "Next" click, and a narration with failure words each time, but each
+    names a page not named before: the view moved. Naming the same page again is no
+    progress."""
+    paging = [
+        f"Page {p} still doesn't mention the opening hours. Let me go on." for p in range(2, 8)
+    ]
+    assert scan(run(banner(paging)), Config()).verdict == "ok"
+    stuck = ["Page 2 still doesn't mention the opening hours. Let me click Next again."] * 5
+    assert scan(run(banner(stuck)), Config()).first_stop is not None
+
+
 def test_a_retry_that_works_on_the_third_click_is_never_stopped() -> None:
     notes = [
         "The dropdown didn't open. Let me click more precisely on Sort.",
@@ -169,6 +181,8 @@ def test_reading_a_narration() -> None:
     assert worked.progress and not worked.novel
     recurs = read("It keeps redirecting me to the search page.", known)
     assert recurs.recurs and recurs.failed
+    paged = read("Page 4 of 9 still doesn't show the hours. Let me click Next.", known)
+    assert paged.progress and not paged.failed
 
 
 @settings(max_examples=60, deadline=None)

@@ -65,6 +65,8 @@ _QUOTED: Final = re.compile(r'"([^"]{1,80})"|\u201c([^\u201d]{1,80})\u201d|\*\*(
 _COORD: Final = re.compile(r"[xyXY]\s*[=:]\s*\d+|\(\s*\d+\s*,\s*\d+\s*\)")
 _SENTENCE_END: Final = re.compile(r"[.!?:]\s+|\n")
 _DIGIT: Final = re.compile(r"\d")
+# A page named by its number in an observation ("page 3", "Page 3 of 12"), lower-cased.
+_PAGE_NUMBER: Final = re.compile(r"\bpage (\d+)\b")
 # Words, lower-cased ("1.25+", "k/da", "don't" stay whole).
 _TOKEN: Final = re.compile(r"[a-z0-9$][\w$+/%-]*(?:['.][\w$+/%-]+)*")
 # A word capitalised inside a sentence (a name), or in capitals (a code).
@@ -147,9 +149,20 @@ def read(text: str, known: dict[int, None]) -> Reading:
             retry = _RETRY.search(_QUOTE.sub(" ", plan) if '"' in plan else plan) is not None
         novel = _names_new(observation, words, known)
         progress = novel or _WORKED.search(bare) is not None
+    if reported and "page " in bare and _new_page(bare, known):
+        # "Page 3 still doesn't mention the refund policy": the view moved (a page the
+        # run had not named) even if what is sought is not on it yet
+        reported = False
+        novel = progress = True
     recurs = ("keep" in bare or "kept" in bare) and _RECURS.search(bare) is not None
     words += _TOKEN.findall(low, cut)
     return Reading(observation, novel, progress, reported or retry, recurs, words)
+
+
+def _new_page(observation: str, known: dict[int, None]) -> bool:
+    """Whether a lower-cased observation names a page by a number the run never named
+    ("page 3", "page 3 of 12"): paging moved the view."""
+    return any(_word_id(m.group(1)) not in known for m in _PAGE_NUMBER.finditer(observation))
 
 
 def _names_new(observation: str, words: list[str], known: dict[int, None]) -> bool:
@@ -276,7 +289,11 @@ class NoEffect(Detector):
     action took effect; a failure signal is an observation that reports none ("didn't
     change", "still shows 1", "accidentally", "persists") or a plan to try again or aim
     more precisely. "Still" alone is no failure: "the right arrow is still active"
-    comes with each new item of a carousel.
+    comes with each new item of a carousel. Nor is an observation that names a page by a
+    number the run never named ("Page 3 still doesn't mention the refund policy"): the
+    view moved, even if what is sought is not on it yet (a page that moved is not the
+    same page). Measured: no run of the corpus changes; an agent paging with "Next" and
+    saying each new page still lacks what it seeks was stopped at the 3rd page.
 
     Three patterns, each warned before it stops:
 
