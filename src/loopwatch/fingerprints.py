@@ -825,12 +825,23 @@ def canonical_args(args: Any) -> bytes:
     return _sorted_json(maybe_json(args))
 
 
-# A string argument that is only a calendar day ("2024-05-03") is kept as it is, like a
-# page number: it is what the call asks about. A clock reading ("...T10:00:07Z") or a
-# day inside a longer text stays masked. Measured on the 8 sources: one run labelled
-# not-a-loop (already warned) is warned 3 events earlier, nothing else changes; an agent
-# scanning six days for a flight, each answer empty, was stopped at the 3rd day.
-_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+# A calendar day in a string argument ("2024-05-03", alone or in a query: "flights
+# on 2024-05-03") is kept, like a page number: it is what the call asks about. A clock
+# reading ("2024-05-03T10:00:07Z", "2024-05-03 10:00") stays masked. Measured on the 8
+# sources: one run labelled not-a-loop (already warned) is warned 3 events earlier,
+# nothing else changes; an agent scanning six days for a flight, each answer empty, was
+# stopped at the 3rd day.
+_DAY = re.compile(r"\b\d{4}-\d{2}-\d{2}\b(?![ T]\d{2}:)")
+
+
+def _normalised_string(value: str) -> str:
+    """:func:`normalise_text` of an argument, its calendar days kept among its words."""
+    if "-" in value:  # every day holds one: most arguments are decided here
+        days = _DAY.findall(value)
+        if days:
+            rest = normalise_text(_DAY.sub(" ", value)).split()
+            return " ".join(sorted(rest + days))
+    return normalise_text(value)
 
 
 def _normalise_value(value: Any, depth: int = 0, path: set[int] | None = None) -> Any:
@@ -842,9 +853,7 @@ def _normalise_value(value: Any, depth: int = 0, path: set[int] | None = None) -
     :func:`_bounded`; ``path`` holds the ids of the enclosing containers.
     """
     if isinstance(value, str):
-        if len(value) == 10 and _DAY.fullmatch(value) is not None:
-            return value  # a calendar day asked about is a question, not a clock reading
-        return normalise_text(value)
+        return _normalised_string(value)
     kind = type(value)
     if kind is int or kind is float or kind is bool or value is None:
         return value  # a JSON leaf, without the ABC check of Mapping below

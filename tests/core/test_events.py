@@ -63,6 +63,13 @@ def test_norm_key_folds_rewording_but_keeps_numbers() -> None:
     dates = [f"2024-05-0{d}" for d in (1, 2, 3)]
     days = {call("search_flights", {"from": "SFO", "date": x}).norm_key for x in dates}
     assert len(days) == 3, "each day asked about must stay distinct"
+    asked = {call("web_search", {"q": f"flights SFO JFK on {x}"}).norm_key for x in dates}
+    assert len(asked) == 3, "a day inside a query is asked about too"
+    reworded = call("web_search", {"q": "2024-05-01: Flights SFO to JFK"}).norm_key
+    assert reworded == call("web_search", {"q": "flights SFO JFK 2024-05-01"}).norm_key
+    # a clock reading is no question: two calls a few seconds apart are the same call
+    at = [call("logs", {"q": f"errors since 2024-05-01 10:00:0{s}"}).norm_key for s in (1, 7)]
+    assert at[0] == at[1]
 
 
 def test_norm_key_masks_volatile_values_and_volatile_named_keys() -> None:
