@@ -832,11 +832,14 @@ def canonical_args(args: Any) -> bytes:
 # nothing else changes; an agent scanning six days for a flight, each answer empty, was
 # stopped at the 3rd day.
 _DAY = re.compile(r"\b\d{4}-\d{2}-\d{2}\b(?![ T]\d{2}:)")
+# What every day holds, searched first: a pattern that opens with a literal is found by
+# a fast scan (0.3 us on a 250-character shell command, against 4.7 for _DAY itself).
+_DAY_HINT = re.compile(r"-\d\d-")
 
 
 def _normalised_string(value: str) -> str:
     """:func:`normalise_text` of an argument, its calendar days kept among its words."""
-    if "-" in value:  # every day holds one: most arguments are decided here
+    if "-" in value and _DAY_HINT.search(value) is not None:  # most arguments: decided here
         days = _DAY.findall(value)
         if days:
             rest = normalise_text(_DAY.sub(" ", value)).split()

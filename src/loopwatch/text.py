@@ -14,7 +14,16 @@ from typing import Any, Final
 
 import xxhash
 
-from .fingerprints import _LONE, _UTF8, _hexdigest, mask_volatile, maybe_json, normalise_text
+from .fingerprints import (
+    _LONE,
+    _UTF8,
+    _hexdigest,
+    _isalpha,
+    _isascii,
+    mask_volatile,
+    maybe_json,
+    normalise_text,
+)
 from .redact import MARGIN, redact, redact_extra, redact_prefix
 
 __all__ = [
@@ -49,11 +58,6 @@ __all__ = [
     "words_alike",
 ]
 
-# str.isascii and str.isalpha as functions: the compiled build has no native call for
-# them and calls ``s.isascii()`` by looking the method up by name each time (a few
-# hundred instructions); a function held here is called directly.
-_isascii: Final = str.isascii
-_isalpha: Final = str.isalpha
 # A word: a run of letters or digits (no underscores), in any script.
 WORD: Final = re.compile(r"[^\W_]+")
 # ASCII punctuation to spaces: with str.split this finds words several times faster
@@ -150,7 +154,7 @@ def word_marks(said: list[Any]) -> list[int]:
     for value in said:
         for w in WORD.findall(str(value).lower()):
             if w not in _REQUEST_FILLER:
-                marks.add(xxhash.xxh32_intdigest(w.encode("utf-8", "surrogatepass")))
+                marks.add(xxhash.xxh32_intdigest(w.encode(_UTF8, _LONE)))
     return sorted(marks)[:_WORD_MARKS]
 
 
@@ -191,7 +195,7 @@ def head_marks(text: str) -> list[int]:
     marks: list[int] = []
     end = min(len(text), HEAD_RUNG * _HEAD_RUNGS)
     for start in range(0, end - HEAD_RUNG + 1, HEAD_RUNG):
-        digest.update(text[start : start + HEAD_RUNG].encode("utf-8", "surrogatepass"))
+        digest.update(text[start : start + HEAD_RUNG].encode(_UTF8, _LONE))
         marks.append(digest.intdigest() & 0xFFFFFFFF)
     return marks
 

@@ -89,8 +89,9 @@ class Understanding:
                 unknown = event.get("unknown")
                 if isinstance(unknown, list) and main in unknown:
                     continue  # not recorded, and said so
-                # A call must name its tool. An output or result without text is an empty
-                # one, unless the event carries fields of its own instead (``output``...).
+                # A call must name its tool. An output or result without text is one the
+                # trace did not record (read as unknown: events.Event), said here only
+                # when the event carries fields of its own instead (``output``...).
                 if kind == "tool_call" or not _NAMED.issuperset(event):
                     self._note(f"{kind!r} without {main!r}", event)
         finally:
