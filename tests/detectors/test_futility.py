@@ -151,6 +151,33 @@ def test_flip_flopping_between_two_fixes_is_still_futile() -> None:
     assert first_warn is not None and first_stop is not None
 
 
+def reproduce(events: Events, migrate_says: str) -> Events:
+    """A reproduction: clean up, write the models, migrate, change them, migrate."""
+    events += tool("Bash", {"command": "rm -f db.sqlite3"}, "")
+    events += tool("Write", {"file_path": "models.py", "content": "class A: x = 1"}, "ok")
+    events += tool("Bash", {"command": "python manage.py migrate"}, "Applied 0001_initial")
+    events += tool("Write", {"file_path": "models.py", "content": "class A: pass"}, "ok")
+    events += tool("Bash", {"command": "python manage.py migrate"}, migrate_says)
+    return events
+
+
+def test_a_reproduction_re_run_after_a_fix_is_not_futile() -> None:
+    """Its cleanup and file writes are the very calls of the first time: each "ok" is
+    news again, since the fix in between may change what they lead to."""
+    events = reproduce([], "FieldError: clash on field x")
+    events += tool("Edit", {"file_path": "autodetector.py", "new_string": "fix"}, "ok")
+    events = reproduce(events, "Applied 0002_auto")
+    assert firsts(only(events)) == (None, None)
+
+
+def test_a_reproduction_re_run_a_third_time_unchanged_is_futile() -> None:
+    events = reproduce([], "FieldError: clash on field x")
+    for i in range(3):
+        events += tool("Edit", {"file_path": "autodetector.py", "new_string": f"fix {i}"}, "ok")
+        events = reproduce(events, "FieldError: clash on field x")
+    assert firsts(only(events))[0] is not None
+
+
 def asked(name: str, queries: list[str], answer: str) -> Events:
     """Each query asked after reading the answer to the one before it."""
     events: Events = []

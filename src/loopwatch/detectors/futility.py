@@ -97,6 +97,28 @@ def _moved(ctx: Context, rec: CallRecord) -> bool:
     return False
 
 
+def _redone_once(ctx: Context, rec: CallRecord) -> bool:
+    """Whether this call repeats exactly one earlier call in the window, and another
+    call was acknowledged the same bare way in between: a step re-done once after other
+    changes (a file restored, a cleanup re-run, to re-run a reproduction after a fix).
+    The "ok" is news again, since what came in between may have changed what the step
+    changes. A third time is repetition: flip-flopping between two edits stays futile."""
+    key = rec.key
+    ack = rec.result
+    other = False
+    count = 0
+    for earlier in reversed(ctx.calls):
+        if earlier is rec or earlier.step >= rec.step:
+            continue
+        if earlier.key == key:
+            count += 1
+            if count > 1:
+                return False
+        elif not count and earlier.result == ack:
+            other = True
+    return count == 1 and other
+
+
 def _reworded_alike(ctx: Context, rec: CallRecord) -> bool:
     """Whether the call just before this one was the same tool asked in other words
     (most content words the same: _ALIKE), was answered before this call was made, and
@@ -150,6 +172,14 @@ class Futility(Detector):
     no loop stopped less; a toggle flipped back to back is still futile, and so is
     flip-flopping between two fixes (the re-applied edits are the same calls).
 
+    A bare "ok" from a call made exactly once before is excused when another call was
+    acknowledged the same way in between (:func:`_redone_once`): a reproduction re-run
+    after a fix restores its files and re-runs its cleanup with the very calls it used
+    the first time. Measured on the 8 sources: 4 warnings fewer on solved SWE-bench runs
+    (one of them labelled not-a-loop), one run warned 3 events later; no loop stopped
+    less, no stop moved. The third time is counted again, so flip-flopping between two edits
+    and re-writing one file back to back stay futile (tests).
+
     Evidence accumulates across these kinds, so a run mixing no-ops, re-reads and the
     same error in new words is caught as one loop rather than three short ones.
 
@@ -199,19 +229,21 @@ class Futility(Detector):
         tool = ev.name or (rec.name if rec is not None else "the tool")
         if ev.error:
             return self._futile(ctx, st, _SAME, tool) if seen else None
-        if seen and not (
-            contentless(ev.text) and not negative(ev.text) and (rec is None or _new_exact(ctx, rec))
-        ):
-            # A bare "ok" from a new call is an edit that went through; "No results
-            # found." from a new wording of the same search is not progress.
-            if rec is not None and rec.novel and asks_anew(ctx, rec):
-                return None  # another question whose answer overlaps: the plan moves on
-            if rec is not None and not rec.novel and _moved(ctx, rec):
-                return None  # an outcome seen before, but not last time: it moves
-            if rec is not None and rec.novel and _reworded_alike(ctx, rec):
-                return self._futile(ctx, st, _SAME, tool, _REWORDED_WEIGHT)
-            return self._futile(ctx, st, _SAME, tool)
-        return self._progress(st)
+        if not seen:
+            return self._progress(st)
+        # "No results found." from a new wording of the same search is not progress.
+        if contentless(ev.text) and not negative(ev.text):
+            if rec is None or _new_exact(ctx, rec):
+                return self._progress(st)  # a bare "ok" from a new call: an edit went through
+            if _redone_once(ctx, rec):
+                return None  # a step re-done once after other changes: neither
+        if rec is not None and rec.novel and asks_anew(ctx, rec):
+            return None  # another question whose answer overlaps: the plan moves on
+        if rec is not None and not rec.novel and _moved(ctx, rec):
+            return None  # an outcome seen before, but not last time: it moves
+        if rec is not None and rec.novel and _reworded_alike(ctx, rec):
+            return self._futile(ctx, st, _SAME, tool, _REWORDED_WEIGHT)
+        return self._futile(ctx, st, _SAME, tool)
 
     @staticmethod
     def _progress(st: FutilityState) -> None:
