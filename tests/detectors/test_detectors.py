@@ -71,6 +71,26 @@ def test_a_repeat_whose_answer_says_little_or_failed_is_told_at_the_third_call()
         assert "If you do it again, the run will be stopped." in report.findings[0].message
 
 
+SECTION = "<returncode>0</returncode>\n<output>\n  260  def distance(self, p):\n  261      return sqrt(...)\n</output>"
+
+
+def test_a_shell_command_run_again_at_once_is_told_at_the_third_run() -> None:
+    """A coding agent looking again at what it just printed, before it acts, is not told
+    at the second identical answer; the third run is, and the fourth is stopped."""
+    read = {"command": "sed -n '260,275p' point.py"}
+    events: Events = []
+    for _ in range(5):
+        events += tool("bash", read, SECTION)
+    assert firsts(only(RepeatedCall(), events[:4])) == (None, None)
+    assert firsts(only(RepeatedCall(), events)) == (4, 6)
+    # with another call in between (a test run that failed: no progress), the second
+    # identical answer is told as for any call
+    apart = tool("bash", read, SECTION)
+    apart += tool("bash", {"command": "pytest test_point.py"}, "1 failed", True)
+    apart += tool("bash", read, SECTION)
+    assert firsts(only(RepeatedCall(), apart)) == (5, None)
+
+
 def test_the_same_error_each_time_is_named_in_the_message() -> None:
     events: Events = []
     for _ in range(4):

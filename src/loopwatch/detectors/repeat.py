@@ -82,6 +82,16 @@ class RepeatState(KeyedState[Streak]):
     record = Streak
 
 
+def _again_at_once(ctx: Context, rec: CallRecord) -> bool:
+    """Whether the call just before this one had exactly its arguments: run again at
+    once, with no other call in between."""
+    for earlier in reversed(ctx.calls):
+        if earlier is rec or earlier.step >= rec.step:
+            continue
+        return earlier.key == rec.key
+    return False
+
+
 class RepeatedCall(Detector):
     """The same call (same tool, same or trivially reworded arguments) repeated while
     it keeps returning the same result.
@@ -125,6 +135,15 @@ class RepeatedCall(Detector):
     peers measured on held-out conversations and browser runs
     (shared/notes/peers.md) stop at the 3rd identical call too; the results keep
     the browser runs' pages that do change (scrolling) from counting.
+
+    ``result_warn_at`` 2: a call that worked and returned the same detailed result a
+    second time is told then (the next one will return it too), except a shell
+    command run again at once, with no other call in between: a coding agent that
+    looks again at what it just read or ran, before it acts (a file section re-printed
+    after its edit went wrong, a script re-run while it reasons about the output).
+    Measured on the 8 sources: 2 of 87 SWE-bench runs labelled not-a-loop and one
+    solved run no longer warned, one warned later; no loop stopped less or later.
+    Its third run is told, and its fourth stopped, as for any call.
     """
 
     name = "repeated_call"
@@ -182,7 +201,12 @@ class RepeatedCall(Detector):
             told = self.result_warn_at
             if told is not None and entry.count == told and entry.results >= told:
                 ev = ctx.event
-                if not ev.error and not contentless(ev.text) and not reports_failure(ev.text):
+                if (
+                    not ev.error
+                    and not contentless(ev.text)
+                    and not reports_failure(ev.text)
+                    and not (rec.shell and _again_at_once(ctx, rec))
+                ):
                     # a call that worked and returned the same thing again: the next
                     # one will too (a failure may be a hiccup: it waits for stop_at)
                     return self._finding(ctx, rec, entry, Severity.WARN)
