@@ -61,7 +61,8 @@ __all__ = [
 # 5: shell calls marked on CallRecord. 6: polls marked on CallRecord, ``wait_step``.
 # 7: ping_pong keeps how each agent's last message opened (``heads``).
 # 8: the marks of a call's words on CallRecord (``marks``).
-STATE_VERSION: Final = 8
+# 9: stagnation keeps the marks of the user's last message's words (``heard``).
+STATE_VERSION: Final = 9
 # What a serialised state starts with, before its version byte. JSON never starts
 # with it, so a state of format 2 or older is told apart and refused by its version.
 _MAGIC: Final = b"LWS"

@@ -71,7 +71,10 @@ def test_a_repeat_whose_answer_says_little_or_failed_is_told_at_the_third_call()
         assert "If you do it again, the run will be stopped." in report.findings[0].message
 
 
-SECTION = "<returncode>0</returncode>\n<output>\n  260  def distance(self, p):\n  261      return sqrt(...)\n</output>"
+SECTION = (
+    "<returncode>0</returncode>\n<output>\n  260  def distance(self, p):\n"
+    "  261      return sqrt(...)\n</output>"
+)
 
 
 def test_a_shell_command_run_again_at_once_is_told_at_the_third_run() -> None:
@@ -335,6 +338,48 @@ def test_stagnation_empty_outputs_and_distinct_outputs() -> None:
     assert firsts(only(Stagnation(), [model("") for _ in range(5)])) == (1, 3)
     distinct = [model(f"Step {i}: now looking at topic number {i} in detail.") for i in range(6)]
     assert firsts(only(Stagnation(), distinct)) == (None, None)
+
+
+UNABLE = (
+    "I'm unable to provide information about the balance of your {}. You may want to "
+    "check your user profile or contact customer support for assistance with this."
+)
+
+
+def test_stagnation_counts_no_reply_that_takes_up_the_users_new_question() -> None:
+    """One template answering two questions answers each: the second reply says what the
+    user's message in between asked about (in another inflection, too)."""
+    events: Events = [
+        {"kind": "user", "text": "Could you tell me the total balance of my gift cards?"},
+        model(UNABLE.format("gift cards")),
+        {"kind": "user", "text": "No worries. Could you check my certificate balance then?"},
+        model(UNABLE.format("certificates")),
+    ]
+    assert firsts(only(Stagnation(), events)) == (None, None)
+
+
+def test_stagnation_counts_an_output_repeated_in_spite_of_the_users_message() -> None:
+    """A harness rejecting the same mistake, with another count each time: the outputs
+    between its messages take up none of its words, and go on counting."""
+    rejection = "Please always provide EXACTLY ONE action in triple backticks, found {} actions."
+    events: Events = [{"kind": "user", "text": "Fix the failing test in utils.py."}]
+    for i in range(5):
+        events.append(
+            model(f"THOUGHT: I will run two commands now: ls, then cat f{i}.py to read it.")
+        )
+        events.append({"kind": "user", "text": rejection.format(2 + i % 2)})
+    assert firsts(only(Stagnation(), events)) == (3, 7)
+    # the same reply to an unchanged refusal's prompt, identical each time, too
+    same = [model(UNABLE.format("gift cards")), {"kind": "user", "text": "Why not?"}]
+    assert firsts(only(Stagnation(), same * 4)) == (2, 6)
+
+
+def test_stagnation_never_counts_across_a_user_message_not_recorded() -> None:
+    """A message whose text the trace does not hold may have asked anything."""
+    events: Events = []
+    for _ in range(4):
+        events += [model(UNABLE.format("gift cards")), {"kind": "user", "unknown": ["text"]}]
+    assert firsts(only(Stagnation(), events)) == (None, None)
 
 
 # -- chanting -------------------------------------------------------------------------

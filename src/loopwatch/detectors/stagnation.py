@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Final, final
 
-from ..events import MODEL, TOOL_CALL
+from ..events import MODEL, TOOL_CALL, USER
 from ..findings import Finding, Severity
-from ..state import KeyedState, StateError, Written
-from ..text import jaccard, plain_words, request_overlap, request_words
+from ..state import KeyedState, StateError, Written, dump_map, load_map
+from ..text import jaccard, plain_words, request_overlap, request_words, split_words, word_marks
 from .base import Context, Detector, preview, severity_for, trim
 
 _AGENTS_MAX: Final = 16
@@ -20,6 +21,7 @@ _COMPARE_CHARS: Final = 1500
 # no news (PingPong's measure and threshold).
 _ECHO_OVERLAP: Final = 0.6
 _ECHO_CHARS: Final = 400
+_STEM: Final = 5
 
 
 def _shared_head(a: str, b: str) -> int:
@@ -34,6 +36,22 @@ def _shared_head(a: str, b: str) -> int:
 def _same(a: str, b: str) -> bool:
     """Equal once case and spacing are folded."""
     return a == b or " ".join(a.lower().split()) == " ".join(b.lower().split())
+
+
+def _takes_up(text: str, before: str, heard: list[int]) -> bool:
+    """Whether an output says words its previous one did not and the user's message in
+    between did: it answers the user (two questions answered from one template: "I
+    cannot tell you your gift card balance" and then "... your certificate balance").
+    An output that repeats itself in spite of the message (a harness rejecting the
+    same mistake again) takes up none of its words."""
+    if not heard:
+        return False
+    new = plain_words(text) - plain_words(before)
+    return bool(new) and not set(_stem_marks(new)).isdisjoint(heard)
+
+
+def _stem_marks(words: Iterable[str]) -> list[int]:
+    return word_marks([" ".join(w[:_STEM] for w in words)])
 
 
 @final
@@ -63,10 +81,27 @@ class Restatement(Written):
 
 @final
 class StagnationState(KeyedState[Restatement]):
-    """The last output of each agent since the last tool call (LRU, at most 16)."""
+    """The last output of each agent since the last tool call (LRU, at most 16), and the
+    marks of the words of the user's last message."""
 
-    __slots__ = ()
+    __slots__ = ("heard",)
     record = Restatement
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.heard: list[int] = []  # text.word_marks of the user's last message
+
+    def dump(self) -> Any:
+        return [dump_map(self.by_key), self.heard]
+
+    @classmethod
+    def load(cls, data: Any) -> StagnationState:
+        if not isinstance(data, list) or len(data) != 2 or not isinstance(data[1], list):
+            raise StateError("StagnationState: expected 2 fields")
+        st = cls()
+        st.by_key = load_map(Restatement, data[0])
+        st.heard = data[1]
+        return st
 
 
 class Stagnation(Detector):
@@ -81,6 +116,16 @@ class Stagnation(Detector):
     is: a manager handing out one item after another from a template, each answered by
     a worker's new reply, is not stuck. No run of the corpus changes by it.
 
+    A user's message in between is news only for the output that takes it up: one
+    that says words the agent's last output did not and the message did (a support
+    agent answering "your gift card balance" and then "your certificate balance" from
+    one template, inflections folded by their first 5 letters) answers it, and is not
+    "in a row". An output repeated in spite of the message (a harness rejecting the
+    same mistake again, a user asking "why not?") takes up none of its words and goes
+    on counting. Measured on the 8 sources: 3 warnings fewer, on customer-service runs
+    at their 2nd reply (each a labelled loop that begins 2 to 67 events later, and is
+    still stopped where it was); no other run changes.
+
     Similarity is the Jaccard index of the two outputs' word sets, which is blind to
     word and clause order (a plan restated with its clauses shuffled scores 0.93 on
     the scenarios) and at least as strict a test of overlap as deepeval's bigram
@@ -94,7 +139,7 @@ class Stagnation(Detector):
     """
 
     name = "stagnation"
-    kinds = frozenset({MODEL, TOOL_CALL})
+    kinds = frozenset({MODEL, TOOL_CALL, USER})
 
     def __init__(
         self,
@@ -146,8 +191,23 @@ class Stagnation(Detector):
             if request_overlap(words, request_words(said[:_ECHO_CHARS])) < _ECHO_OVERLAP:
                 del agents[other]
 
+    @staticmethod
+    def _heard_user(st: StagnationState, ctx: Context) -> None:
+        """Keep the marks of the user's message's words; a message the trace did not
+        record may have said anything, so it ends every agent's outputs in a row."""
+        ev = ctx.event
+        if ev.text_known:
+            st.heard = _stem_marks(split_words(ev.text[:_ECHO_CHARS]))
+        else:
+            st.by_key.clear()
+            st.heard = []
+
     def observe(self, ctx: Context) -> Finding | None:
-        agents = ctx.state.slot(self.slot_name(), StagnationState).by_key
+        st = ctx.state.slot(self.slot_name(), StagnationState)
+        agents = st.by_key
+        if ctx.event.kind == USER:
+            self._heard_user(st, ctx)
+            return None
         if ctx.event.kind == TOOL_CALL:
             if agents:
                 agents.clear()  # the agent acted: outputs before and after are not "in a row"
@@ -163,7 +223,11 @@ class Stagnation(Detector):
         prev = agents.pop(agent, None)
         # compared only when two outputs of one agent come in a row, which most
         # agents never do
-        if prev is not None and (_same(text, prev.text) or self._similar(text, prev.text)):
+        if (
+            prev is not None
+            and (_same(text, prev.text) or self._similar(text, prev.text))
+            and not (ctx.state.user_step > prev.steps[-1] and _takes_up(text, prev.text, st.heard))
+        ):
             prev.count += 1
             prev.text = text
             prev.steps.append(ctx.step)
