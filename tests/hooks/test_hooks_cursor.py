@@ -99,12 +99,16 @@ def test_a_looping_shell_command_is_denied_and_stays_denied_until_the_next_promp
     project: Path,
 ) -> None:
     cursor = Cursor(project)
-    answers = [cursor.shell(FAILING, FAILED) for _ in range(3)]
-    assert [a["permission"] for a in answers] == ["allow", "allow", "deny"]
-    stop = answers[2]["agent_message"]
+    answers = [cursor.shell(FAILING, FAILED) for _ in range(4)]
+    assert [a["permission"] for a in answers] == ["allow", "allow", "deny", "deny"]
+    # Run again at once, the command is told at its third run (denied with the
+    # reason) and stopped at its fourth: the stop is earned.
+    told = answers[2]["agent_message"]
+    assert "same arguments 3 times" in told and "the run will be stopped" in told
+    stop = answers[3]["agent_message"]
     assert stop.startswith("[loopwatch] Run stopped") and "same arguments" in stop
-    assert answers[2]["user_message"] == stop  # the user sees why, too
-    assert answers[2]["agentMessage"] == stop  # and under the first release's names
+    assert answers[3]["user_message"] == stop  # the user sees why, too
+    assert answers[3]["agentMessage"] == stop  # and under the first release's names
     # Any later call is denied before it runs, until the user's next prompt.
     later = cursor.shell("git status", "clean\n")
     assert later["permission"] == "deny"
