@@ -33,6 +33,7 @@ PLAN = (
 TEXTS = [
     "", "ok", "Let me look.", PLAN, PLAN.replace("then", "and then"), "done " * 60,
     "Please open the price list and find the cheapest item.",
+    PLAN.replace("parser", "lexer"),  # a restatement that takes up a user's word
 ]  # fmt: skip
 # Two screens of one address (a page re-read and a scrolled one), as browser tools echo them
 _PAGE = "Here is a screenshot of [Shop](https://shop.example.com/list). " + " ".join(
@@ -42,7 +43,10 @@ RESULTS = [
     "18C", "", "error: boom", "Error: no seats", "No results found.", "page 2", "ok",
     _PAGE, _PAGE.replace("item3 ", "itemthree "), _PAGE.replace("item", "entry"),
 ]  # fmt: skip
-USER_TEXTS = ["I'll check later, thanks", "My booking is AB123", "Please try again", ""]
+USER_TEXTS = [
+    "I'll check later, thanks", "My booking is AB123", "Please try again", "",
+    "And what about the lexers?",
+]  # fmt: skip
 
 
 @st.composite
@@ -137,6 +141,15 @@ def test_scan_equals_guard_replay(run_events: list[dict[str, Any]], on_loop: str
 
 @settings(max_examples=150, deadline=None)
 @given(run_events=runs)
+@example(  # the user's words, read from a shipped state only as marks (stagnation)
+    run_events=[
+        {"kind": "model", "text": PLAN},
+        {"kind": "user", "text": "And what about the lexers?"},
+        {"kind": "model", "text": PLAN.replace("parser", "lexer")},
+        {"kind": "user", "text": "Please try again"},
+        {"kind": "model", "text": PLAN.replace("parser", "lexer")},
+    ]
+)
 def test_state_survives_a_bytes_round_trip_between_steps(run_events: list[dict[str, Any]]) -> None:
     engine = Engine(Config().detectors())
     plain, shipped = new_state(), new_state()

@@ -40,10 +40,10 @@ def _same(a: str, b: str) -> bool:
 
 def _takes_up(text: str, before: str, heard: list[int]) -> bool:
     """Whether an output says words its previous one did not and the user's message in
-    between did: it answers the user (two questions answered from one template: "I
-    cannot tell you your gift card balance" and then "... your certificate balance").
-    An output that repeats itself in spite of the message (a harness rejecting the
-    same mistake again) takes up none of its words."""
+    between did (``heard``: its marks): it answers the user (two questions answered
+    from one template: "I cannot tell you your gift card balance" and then "... your
+    certificate balance"). An output that repeats itself in spite of the message (a
+    harness rejecting the same mistake again) takes up none of its words."""
     if not heard:
         return False
     new = plain_words(text) - plain_words(before)
@@ -84,12 +84,30 @@ class StagnationState(KeyedState[Restatement]):
     """The last output of each agent since the last tool call (LRU, at most 16), and the
     marks of the words of the user's last message."""
 
-    __slots__ = ("heard",)
-    record = Restatement
+    __slots__ = ("_heard", "said")
 
     def __init__(self) -> None:
         super().__init__()
-        self.heard: list[int] = []  # text.word_marks of the user's last message
+        # The user's last message, clipped, in memory only; the marks of its words
+        # (_stem_marks) are made from it when first needed: when an output after it
+        # restates the one before (rare), or when a store writes the state (the state
+        # keeps no text of the user at rest).
+        self.said: str | None = None
+        self._heard: list[int] | None = []
+
+    @property
+    def heard(self) -> list[int]:
+        """The marks of the words of the user's last message."""
+        marks = self._heard
+        if marks is None:
+            said = self.said or ""
+            marks = self._heard = _stem_marks(split_words(said))
+        return marks
+
+    def hear(self, said: str | None) -> None:
+        """The user said this (None: a message the trace did not record)."""
+        self.said = said
+        self._heard = None if said is not None else []
 
     def dump(self) -> Any:
         return [dump_map(self.by_key), self.heard]
@@ -100,7 +118,7 @@ class StagnationState(KeyedState[Restatement]):
             raise StateError("StagnationState: expected 2 fields")
         st = cls()
         st.by_key = load_map(Restatement, data[0])
-        st.heard = data[1]
+        st._heard = data[1]
         return st
 
 
@@ -193,14 +211,15 @@ class Stagnation(Detector):
 
     @staticmethod
     def _heard_user(st: StagnationState, ctx: Context) -> None:
-        """Keep the marks of the user's message's words; a message the trace did not
-        record may have said anything, so it ends every agent's outputs in a row."""
+        """Keep the user's message to read its words if an output restates the one
+        before it; a message the trace did not record may have said anything, so it
+        ends every agent's outputs in a row."""
         ev = ctx.event
         if ev.text_known:
-            st.heard = _stem_marks(split_words(ev.text[:_ECHO_CHARS]))
+            st.hear(ev.text[:_ECHO_CHARS])
         else:
             st.by_key.clear()
-            st.heard = []
+            st.hear(None)
 
     def observe(self, ctx: Context) -> Finding | None:
         st = ctx.state.slot(self.slot_name(), StagnationState)
