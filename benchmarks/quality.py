@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from loopwatch import Config, Scanner  # noqa: E402
+from loopwatch import Config, ConfigError, Scanner  # noqa: E402
 from loopwatch.traces import InputError, read_runs  # noqa: E402
 
 
@@ -264,7 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     paths = [Path(p) for p in args.corpus] or sorted(
         (ROOT.parent / "shared" / "corpus").glob("*.jsonl")
     )
-    config = Config.load(args.config) if args.config else Config()
+    try:
+        config = Config.load(args.config) if args.config else Config()
+    except (ConfigError, OSError) as bad:
+        # the CLI's convention: a bad configuration is one line naming it, exit 2
+        print(f"quality.py: {bad}", file=sys.stderr)
+        return 2
     scanner = Scanner(config)
 
     total = Tally()
