@@ -953,10 +953,12 @@ def declared_wait(command: str) -> float | None:
 
 
 # A result that reports a status still pending: a short text, or a status field, that
-# says pending / queued / in progress / running / waiting / not ready / starting...
+# says pending / queued / in progress / running / waiting / not ready / starting...; a
+# browser agent's page that says "Loading..." or "Please wait" has not loaded yet.
 _PENDING: Final = (
     r"pending|queued|in[ _-]progress|running|waiting|not[ _-]ready|starting|processing"
-    r"|scheduled|building|deploying|provisioning|initiali[sz]ing|preparing|generating"
+    r"|scheduled|building|deploying|provisioning|initiali[sz]ing|preparing|generating|loading"
+    r"|please\s+wait"
     r"|not\s+(?:finished|complete|completed|done)\s+yet"
     r"|not\s+yet\s+(?:ready|available|finished|complete|completed|done)"
     r"|still\s+being\s+\w+|try\s+again\s+later"

@@ -170,6 +170,8 @@ def test_tools_named_to_wait_and_results_that_say_not_yet() -> None:
         "The index build is not finished yet",
         "Results not yet available for job 9",
         "Generating thumbnails (12/40)",
+        "Loading dashboard...\n[spinner]",  # a browser agent's page that has not loaded
+        "Please wait while we verify your browser.",
     ):
         assert reports_pending(not_yet), not_yet
     # an error is not a wait: a flight not available will not become available by polling
