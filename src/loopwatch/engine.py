@@ -335,9 +335,11 @@ _SPECIFICS_MAX: Final = 64  # specifics of user messages remembered per run
 def _brings_news(state: RunState, event: Event) -> bool:
     """Whether a user message says something specific it had not said before (an id,
     a code, a number: :func:`~loopwatch.text.specifics`). Remembered as fingerprints,
-    never as the text. A message the trace did not record brings nothing known."""
+    never as the text. A message the trace did not record may have said anything (a
+    new request, not "please try again"): it is news, so that no count goes on across
+    it, as none goes on across a new request."""
     if not event.text_known:
-        return False
+        return True
     seen = state.uspec
     news = False
     for token in specifics(event.text):

@@ -280,10 +280,11 @@ class Event:
         unknown_fields: Any = recorded_unknown
         if raw_text is None:
             text = ""
-            if kind in (TOOL_RESULT, MODEL):
-                # a result or an output without its text: the trace did not carry it (a
-                # screenshot agent's screen; a model turn recorded by its tokens alone):
-                # unknown, not empty (an empty output is "text": "")
+            if kind in (TOOL_RESULT, MODEL, USER):
+                # a result, an output or a user message without its text: the trace did
+                # not carry it (a screenshot agent's screen; a model turn recorded by its
+                # tokens alone; a message whose content was not captured): unknown, not
+                # empty (an empty output is "text": "")
                 unknown_fields = ["text"] if unknown_fields is None else _with_text(unknown_fields)
         elif not isinstance(raw_text, str):
             text = _sorted_json(raw_text).decode()
@@ -348,7 +349,7 @@ class Event:
             value = getattr(self, field)
             if value is not None:
                 out[field] = value
-        if self.text or (self.kind in (MODEL, TOOL_RESULT) and self.text_known):
+        if self.text or (self.kind in (MODEL, TOOL_RESULT, USER) and self.text_known):
             out["text"] = self.text
         if self.error:
             out["error"] = True

@@ -146,6 +146,35 @@ def test_a_model_turn_without_its_text_is_an_output_not_recorded() -> None:
     assert {guard.observe("t", ev).action for ev in events} == {"ok"}
 
 
+def test_a_user_message_without_its_text_is_a_message_not_recorded() -> None:
+    """A conversation whose user side was not captured: eight replies from one template,
+    each after a user message the trace does not hold, are not the user repeating an
+    answer eight times nor the agent restating itself to a user who brought nothing (it
+    was stopped at the 4th turn); a failing lookup after each such message is not one
+    failure retried. A message recorded as "" is empty, and stays so through to_dict."""
+    missing = Event.from_dict({"kind": "user"})
+    assert not missing.text_known and missing.to_dict() == {"kind": "user", "unknown": ["text"]}
+    assert Event.from_dict({"kind": "user", "text": None}).unknown == {"text"}
+    empty = Event.from_dict({"kind": "user", "text": ""})
+    assert empty.text_known and Event.from_dict(empty.to_dict()).text_known
+    events: Events = []
+    for i in range(8):
+        events += [
+            {"kind": "user"},
+            {"kind": "tool_call", "name": "lookup", "args": {"q": "order"}},
+            {"kind": "tool_result", "name": "lookup", "text": "Error: service unavailable",
+             "error": True},
+            {"kind": "model", "text": f"Here is what I found about topic {i * 13}, with details."},
+        ]  # fmt: skip
+    detectors = {"futility", "restated_reply", "error_loop", "repeated_call"}
+    found = scan(run(events), Config()).findings
+    assert not [f for f in found if f.detector in detectors and f.severity.value == "stop"]
+    talk = [ev for ev in events if ev["kind"] in ("user", "model")]
+    assert scan(run(talk), Config()).findings == []
+    guard = Guard(Config())
+    assert {guard.observe("c", ev).action for ev in talk} == {"ok"}
+
+
 def test_hook_payloads_without_input_or_response_are_unknown() -> None:
     from loopwatch.hooks._events import tool_call, tool_result
 
