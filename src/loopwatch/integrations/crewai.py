@@ -173,7 +173,9 @@ class LoopwatchCrewAI:
     def _new_turn(self, run: str, text: Any) -> None:
         self.stopped.pop(run)
         self.pending.discard(run)
-        observe_safely(self.guard, run, {"kind": "user", "text": str(text or "")})
+        # a task without a description is a turn whose words are unknown, not ""
+        said = None if text is None else str(text)
+        observe_safely(self.guard, run, {"kind": "user", "text": said})
 
     def _observe(self, run: str, event: dict[str, Any]) -> Verdict:
         return observe_queued(self.guard, run, event, self.pending, self.stopped)
