@@ -243,6 +243,14 @@ class Showing(Record):
         self.steps = [step]
 
 
+def call_before(ctx: Context, rec: CallRecord) -> CallRecord | None:
+    """The call made just before this one, if the window still holds it."""
+    for earlier in reversed(ctx.calls):
+        if earlier is not rec and earlier.step < rec.step:
+            return earlier
+    return None
+
+
 def asks_anew(ctx: Context, rec: CallRecord) -> bool:
     """Whether a new call that got a result seen before asked something specific that
     the call which got it first did not: another date, route, id or number (a trip

@@ -9,7 +9,7 @@ from ..findings import Finding, Severity
 from ..fingerprints import is_noop_command
 from ..state import CallRecord, DetectorState
 from ..text import contentless, negative, words_alike
-from .base import Context, Detector, asks_anew, severity_for, trim
+from .base import Context, Detector, asks_anew, call_before, severity_for, trim
 
 _STEPS_MAX = 8  # evidence steps kept
 _NOOPS_MAX = 8  # no-op calls still waiting for their result
@@ -71,14 +71,6 @@ class FutilityState(DetectorState):
         self.said = ""  # fingerprint of the user's last message
 
 
-def _new_exact(ctx: Context, rec: CallRecord) -> bool:
-    """Whether no earlier call in the window had exactly these arguments. Exact, not
-    normalised: two edits that differ only in escaping or word order change the file
-    differently, so the second one's "ok" is still news."""
-    key = rec.key
-    return not any(c.key == key for c in ctx.calls if c is not rec)
-
-
 def _moved(ctx: Context, rec: CallRecord) -> bool:
     """Whether the same call (normalised key), made before in the window with other
     calls after it, got another result last time: what the agent did in between
@@ -97,26 +89,30 @@ def _moved(ctx: Context, rec: CallRecord) -> bool:
     return False
 
 
-def _redone_once(ctx: Context, rec: CallRecord) -> bool:
-    """Whether this call repeats exactly one earlier call in the window, and another
-    call was acknowledged the same bare way in between: a step re-done once after other
-    changes (a file restored, a cleanup re-run, to re-run a reproduction after a fix).
-    The "ok" is news again, since what came in between may have changed what the step
-    changes. A third time is repetition: flip-flopping between two edits stays futile."""
+def _exact_repeats(ctx: Context, rec: CallRecord) -> tuple[bool, bool]:
+    """(Whether another call in the window had exactly these arguments; whether this
+    call re-does exactly one earlier call, another call having been acknowledged the
+    same bare way in between), in one walk of the window. Exact, not normalised: two
+    edits that differ only in escaping or word order change the file differently, so
+    the second one's "ok" is still news. Re-done once after other changes (a file
+    restored, a cleanup re-run, to re-run a reproduction after a fix), the "ok" is news
+    again, since what came in between may have changed what the step changes; a third
+    time is repetition (flip-flopping between two edits stays futile)."""
     key = rec.key
     ack = rec.result
+    same = False
+    earlier = 0
     other = False
-    count = 0
-    for earlier in reversed(ctx.calls):
-        if earlier is rec or earlier.step >= rec.step:
+    for call in reversed(ctx.calls):
+        if call is rec:
             continue
-        if earlier.key == key:
-            count += 1
-            if count > 1:
-                return False
-        elif not count and earlier.result == ack:
+        if call.key == key:
+            same = True
+            if call.step < rec.step:
+                earlier += 1
+        elif not earlier and call.step < rec.step and call.result == ack:
             other = True
-    return count == 1 and other
+    return same, earlier == 1 and other
 
 
 def _reworded_alike(ctx: Context, rec: CallRecord) -> bool:
@@ -124,18 +120,16 @@ def _reworded_alike(ctx: Context, rec: CallRecord) -> bool:
     (most content words the same: _ALIKE), was answered before this call was made, and
     with this very answer: the rewording changed nothing (a search re-phrased four
     times, answered each time with the same "Could not find ... Similar: [...]")."""
-    for earlier in reversed(ctx.calls):
-        if earlier is rec or earlier.step >= rec.step:
-            continue
-        return (
-            earlier.name == rec.name
-            and earlier.rstep is not None
-            and earlier.rstep < rec.step
-            and earlier.result is not None
-            and earlier.result == rec.result
-            and words_alike(rec.marks, earlier.marks) >= _ALIKE
-        )
-    return False
+    earlier = call_before(ctx, rec)
+    return (
+        earlier is not None
+        and earlier.name == rec.name
+        and earlier.rstep is not None
+        and earlier.rstep < rec.step
+        and earlier.result is not None
+        and earlier.result == rec.result
+        and words_alike(rec.marks, earlier.marks) >= _ALIKE
+    )
 
 
 class Futility(Detector):
@@ -173,7 +167,7 @@ class Futility(Detector):
     flip-flopping between two fixes (the re-applied edits are the same calls).
 
     A bare "ok" from a call made exactly once before is excused when another call was
-    acknowledged the same way in between (:func:`_redone_once`): a reproduction re-run
+    acknowledged the same way in between (:func:`_exact_repeats`): a reproduction re-run
     after a fix restores its files and re-runs its cleanup with the very calls it used
     the first time. Measured on the 8 sources: 4 warnings fewer on solved SWE-bench runs
     (one of them labelled not-a-loop), one run warned 3 events later; no loop stopped
@@ -233,9 +227,12 @@ class Futility(Detector):
             return self._progress(st)
         # "No results found." from a new wording of the same search is not progress.
         if contentless(ev.text) and not negative(ev.text):
-            if rec is None or _new_exact(ctx, rec):
+            if rec is None:
+                return self._progress(st)
+            repeated, redone_once = _exact_repeats(ctx, rec)
+            if not repeated:
                 return self._progress(st)  # a bare "ok" from a new call: an edit went through
-            if _redone_once(ctx, rec):
+            if redone_once:
                 return None  # a step re-done once after other changes: neither
         if rec is not None and rec.novel and asks_anew(ctx, rec):
             return None  # another question whose answer overlaps: the plan moves on

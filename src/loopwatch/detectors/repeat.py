@@ -13,7 +13,7 @@ from ..fingerprints import (
 )
 from ..state import CallRecord, KeyedState, StateError, Written
 from ..text import contentless
-from .base import Context, Detector, severity_for, trim
+from .base import Context, Detector, call_before, severity_for, trim
 
 _KEYS_MAX = 32  # distinct calls tracked per run (LRU): no more than the call window holds
 _STEPS_MAX = 8  # evidence steps kept per call
@@ -82,14 +82,10 @@ class RepeatState(KeyedState[Streak]):
     record = Streak
 
 
-def _again_at_once(ctx: Context, rec: CallRecord) -> bool:
-    """Whether the call just before this one had exactly its arguments: run again at
-    once, with no other call in between."""
-    for earlier in reversed(ctx.calls):
-        if earlier is rec or earlier.step >= rec.step:
-            continue
-        return earlier.key == rec.key
-    return False
+def _run_again_at_once(ctx: Context, rec: CallRecord) -> bool:
+    """Whether the call just before this one had exactly its arguments."""
+    before = call_before(ctx, rec)
+    return before is not None and before.key == rec.key
 
 
 class RepeatedCall(Detector):
@@ -205,7 +201,9 @@ class RepeatedCall(Detector):
                     not ev.error
                     and not contentless(ev.text)
                     and not reports_failure(ev.text)
-                    and not (rec.shell and _again_at_once(ctx, rec))
+                    # a shell command run again at once, no call in between: told at the
+                    # 3rd run (see the docstring)
+                    and not (rec.shell and _run_again_at_once(ctx, rec))
                 ):
                     # a call that worked and returned the same thing again: the next
                     # one will too (a failure may be a hiccup: it waits for stop_at)
