@@ -273,6 +273,20 @@ _CAPITALS: Final = re.compile(r"\b[A-Z]{3,}\b")
 _MARKED: Final = re.compile(r"[\d_@#]")
 _SPECIFIC_CHARS: Final = 2000  # a message names its specifics early; bounds the cost
 _TRAILING: Final = ".:/+-"
+# The same runs in ASCII text, found by one bytes translate (every other character to a
+# space) and a split: the regex's character class cost 25 ns a character.
+_RUN_CHARS: Final = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@#.:/+-"
+)
+_NOT_RUN_TO_SPACE: Final = bytes(c if chr(c) in _RUN_CHARS else 32 for c in range(256))
+
+
+def _runs(text: str) -> list[str]:
+    """What ``_RUN.findall(text, 0, _SPECIFIC_CHARS)`` finds."""
+    head = text[:_SPECIFIC_CHARS]
+    if _isascii(head):
+        return head.encode("ascii").translate(_NOT_RUN_TO_SPACE).decode("ascii").split()
+    return _RUN.findall(head)
 
 
 def specifics(text: str) -> list[str]:
@@ -281,8 +295,14 @@ def specifics(text: str) -> list[str]:
     letters or more (``SFO``, not ``I`` or ``ID``). Read from the first 2,000
     characters."""
     out: dict[str, None] = {}
-    for run in _RUN.findall(text, 0, _SPECIFIC_CHARS):
-        if _MARKED.search(run) is not None:
+    for run in _runs(text):
+        if run.isalpha():
+            # most runs are plain words: no digit, "_", "@" or "#" (none is a letter),
+            # and a code of capitals only when the whole word is one (a word boundary
+            # falls only at its ends): str methods, not two regex calls per word
+            if len(run) >= 3 and run.isascii() and run.isupper():
+                out[run.lower()] = None
+        elif _MARKED.search(run) is not None:
             tok = run.strip(_TRAILING)
             if len(tok) >= 2:
                 out[tok.lower()] = None

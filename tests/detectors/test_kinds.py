@@ -5,9 +5,12 @@ percentage, a reworded description or "No results found." are not progress."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from runs import Events, model, run, tool
 
 from loopwatch import Config, Guard, RestatedReply, scan
@@ -71,6 +74,35 @@ def test_specifics_are_what_a_user_brings() -> None:
     assert specifics(said) == ["#w2378156", "sophia_silva_7557", "sfo", "5th"]
     assert specifics("I'll try to find it and get back to you soon, thanks!") == []
     assert specifics("I understand. Is there really nothing else you can do?") == []
+
+
+def _specifics_by_regex(text: str) -> list[str]:
+    """The definition specifics() is a fast form of: runs of word characters and
+    ``@#.:/+-`` in the first 2,000 characters; one holding a digit, ``_``, ``@`` or
+    ``#`` is kept (its trailing marks stripped), any other gives its codes of 3+
+    capitals."""
+    out: dict[str, None] = {}
+    for chars in re.findall(r"[\w@#.:/+-]+", text[:2000]):
+        if re.search(r"[\d_@#]", chars):
+            tok = chars.strip(".:/+-")
+            if len(tok) >= 2:
+                out[tok.lower()] = None
+        else:
+            for code in re.findall(r"\b[A-Z]{3,}\b", chars):
+                out[code.lower()] = None
+    return list(out)
+
+
+_MESSAGE_CHARS = st.sampled_from(
+    [*map(chr, range(128)), "\u00e9", "\u00c0", "\u00df", "\u01c5", "\u03a3", "\u0663", "\u00b2"]
+)
+
+
+@given(st.lists(_MESSAGE_CHARS, max_size=60).map("".join))
+def test_specifics_read_by_str_methods_are_the_regex_definition(text: str) -> None:
+    # plain words and ASCII text take str-method fast paths: the same tokens, in order
+    assert specifics(text) == _specifics_by_regex(text)
+    assert specifics(text * 40) == _specifics_by_regex(text * 40)  # past 2,000 characters
 
 
 # -- reflection calls ------------------------------------------------------------------
