@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -397,6 +398,17 @@ def test_chanting_ignores_code_tables_and_lists() -> None:
     bullets = "\n".join("- the same bullet point text here" for _ in range(30))
     for text in (code, table, bullets):
         assert firsts(only(Chanting(), [model(text)])) == (None, None)
+
+
+def test_chanting_ignores_data_written_out_as_json_but_not_a_chant_inside_it() -> None:
+    # an agent answering in structured output: every flight leg of the day has its date
+    legs = [
+        {"flight_number": f"HAT{n:03d}", "date": "2024-05-24", "origin": "JFK"} for n in range(12)
+    ]
+    data = json.dumps({"message": "Here are the options.", "options": legs}, indent=2)
+    assert firsts(only(Chanting(), [model(data)])) == (None, None)
+    chant = json.dumps({"message": "I will check the flight again now. " * 12}, indent=2)
+    assert only(Chanting(), [model(chant)]).first_stop == 0
 
 
 # The splits chanting made with regexes, which it now makes with str methods.
