@@ -62,7 +62,7 @@ __all__ = [
 # 7: ping_pong keeps how each agent's last message opened (``heads``).
 # 8: the marks of a call's words on CallRecord (``marks``).
 # 9: stagnation keeps the marks of the user's last message's words (``heard``).
-STATE_VERSION: Final = 9
+STATE_VERSION: Final = 10
 # What a serialised state starts with, before its version byte. JSON never starts
 # with it, so a state of format 2 or older is told apart and refused by its version.
 _MAGIC: Final = b"LWS"

@@ -287,12 +287,34 @@ def talk(replies: list[str], users: list[str]) -> Events:
     return events
 
 
-def test_the_same_refusal_turn_after_turn_is_a_loop() -> None:
-    events = talk(REFUSALS, PUSHES)
-    report = scan(run(events), Config())
+def test_the_same_refusal_to_a_user_who_insists_is_told_not_stopped() -> None:
+    # The agent holds a correct line against a user who keeps asking the same thing:
+    # the user is the one going round. Told once (the 3rd restatement), never stopped:
+    # on public tau2-bench conversations of agents the corpus does not have, this stop
+    # ended solved runs.
+    report = scan(run(talk(REFUSALS, PUSHES)), Config())
     # replies at 3, 5, 7, ...: each judged at the user turn after it; the reply at 5
-    # restates the one at 3 (step 6), the 3rd restatement warns (step 10), the 4th
-    # stops (step 12)
+    # restates the one at 3 (step 6), the 3rd restatement warns (step 10)
+    assert (report.first_warn, report.first_stop) == (10, None)
+    told = next(f for f in report.findings if f.detector == "restated_reply")
+    assert "the same thing 4 times" in told.message
+    assert told.steps == (6, 8, 10)
+
+
+DEFERS = [
+    "I don't have my other booking number with me. Can you check again?",
+    "I'd really prefer not to be transferred. Is there anything else you can do?",
+    "This is really important to me. Is there no other way?",
+    "Maybe another department could do it?",
+    "Are you sure there's absolutely nothing you can try?",
+    "Alright, I see.",
+]
+
+
+def test_the_same_reply_to_a_user_who_cannot_give_more_is_a_loop() -> None:
+    # The user said they do not have what would move things on: the agent restating
+    # its reply turn after turn is not going on without it, and is stopped.
+    report = scan(run(talk(REFUSALS, DEFERS)), Config())
     assert (report.first_warn, report.first_stop) == (10, 12)
     stop = next(f for f in report.findings if f.severity.value == "stop")
     assert stop.detector == "restated_reply"
@@ -302,10 +324,11 @@ def test_the_same_refusal_turn_after_turn_is_a_loop() -> None:
 
 
 def test_a_user_who_brings_something_specific_restarts_the_count() -> None:
-    users = list(PUSHES)
+    # without the booking number at step 8, the replies would be stopped at 12 (above)
+    users = list(DEFERS)
     users[2] = "Fine: my other booking is XEWRD9, can you add it there?"
     report = scan(run(talk(REFUSALS, users)), Config())
-    assert report.first_stop is None or report.first_stop > 12
+    assert report.first_stop is None
 
 
 def test_a_turn_in_which_the_agent_acts_is_work() -> None:

@@ -135,7 +135,8 @@ class ReplyState(DetectorState):
     """The agent's recent replies to the user and how many restated an earlier one."""
 
     __slots__ = (
-        "acted", "asked", "asks", "asks_start", "count", "pending", "replies", "start", "steps",
+        "acted", "asked", "asks", "asks_start", "count", "deferred", "pending", "replies",
+        "start", "steps",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -150,6 +151,10 @@ class ReplyState(DetectorState):
         self.asked: list[int] = []  # what the last reply asked the user for (fingerprints)
         self.asks = 0  # replies in a row asking for what the one before asked for
         self.asks_start = -1  # event index of the first of them
+        # the user said, since the last progress, they do not have what the agent needs
+        # (or will look for it): the agent restating its reply is not holding a line
+        # against a user who insists, it is not going on without what it lacks
+        self.deferred = False
 
     def dump(self) -> Any:
         # the reply awaiting the user's turn is the one text this state keeps: redacted
@@ -166,13 +171,14 @@ class ReplyState(DetectorState):
             self.asked,
             self.asks,
             self.asks_start,
+            self.deferred,
         ]
 
     @classmethod
     def load(cls, data: Any) -> ReplyState:
         st = cls()
         st.acted, st.count, st.pending, st.replies, st.start, st.steps, *asking = data
-        st.asked, st.asks, st.asks_start = asking
+        st.asked, st.asks, st.asks_start, st.deferred = asking
         return st
 
     def restart(self, asking: bool = True) -> None:
@@ -180,6 +186,7 @@ class ReplyState(DetectorState):
         ``asking`` is False (the user still has not given what was asked for)."""
         self.replies = []
         self.count = 0
+        self.deferred = False
         if asking:
             self.steps = []
             self.asked = []
@@ -219,6 +226,20 @@ class RestatedReply(Detector):
     nothing the user gave put to use, the agent is stopped. A reply can restate the
     last one and ask again at once: both counts go on.
 
+    A stop needs a user who said they cannot give what would move things on ("I don't
+    have it", "I'll look for it", "get back to you"; since the last progress): the agent
+    restating its reply is then not going on without what it lacks. Against a user who
+    only insists (asks again for what was refused), restating is holding a line: the
+    user is the one going round, and the agent is told once (the warning), not stopped.
+    Measured on public tau2-bench trajectories (677 conversations of 7 agents the corpus
+    does not have: airline, retail, medical triage): the stop had ended 3 solved
+    conversations (3 agents refusing a refund or an exception, reward 1) and 2 others (a
+    correct "one passenger" restated to a user sure of three; a hold message after a
+    transfer); with this rule 2 of 517 solved runs are stopped (an agent calling the
+    transfer tool 4 times). On the corpus: 3 tau-bench runs labelled loops (an insurance
+    and a refund refusal restated to a user who insists; all three solved) are warned
+    instead of stopped (tau-bench 5/12 stopped), no other run changes.
+
     Deliberately ignores: messages between agents (``to`` another agent), replies
     followed by a tool call (the agent acted), and repetition that comes with new
     results (confirming a booking again after a change).
@@ -229,7 +250,8 @@ class RestatedReply(Detector):
     detectors judge that turn.
 
     Defaults: warn at the 3rd restating reply, stop at the 4th; a restatement shares
-    at least 2 content words in runs of 4 words or more. Measured with
+    at least 2 content words in runs of 4 words or more. Measured (before the rule on
+    insisting users above) with
     ``benchmarks/quality.py`` on the corpus's customer-service runs (tau-bench, 103
     hand-labelled conversations: 8 of the 12 loops are talk without calls):
 
@@ -302,12 +324,16 @@ class RestatedReply(Detector):
         # a user turn: judge the reply it answers, then see what the user brought
         reply, st.pending = st.pending, None
         acted, st.acted = st.acted, False
+        # read only in a conversation that has replies to restate or a request to repeat
+        defers = bool(st.replies or st.asked or reply is not None) and _defers(ev.text)
+        st.deferred = st.deferred or defers
         finding = None if reply is None else self._judge(ctx, st, redact(reply), acted)
         if ctx.state.news_step == ctx.step and (st.replies or st.asked):
             # A user who brings something else but says they do not have what was asked
             # for ("I don't have it handy, but the flight was from ATL"): asking for it
             # again is still asking again.
-            st.restart(asking=not (st.asked and _defers(ev.text)))
+            st.restart(asking=not (st.asked and defers))
+            st.deferred = defers
         return finding
 
     def _judge(self, ctx: Context, st: ReplyState, text: str, acted: bool) -> Finding | None:
@@ -340,6 +366,7 @@ class RestatedReply(Detector):
                 "The conversation is going round: stop repeating it; hand over, act, or end it.",
             ),
             f"reply@{st.start}",
+            stops=st.deferred,
         )
         if asking is not None and (restating is None or asking.severity is Severity.STOP):
             return asking
@@ -381,6 +408,7 @@ class RestatedReply(Detector):
         said: str,
         actions: tuple[str, str],
         pattern: str,
+        stops: bool = True,
     ) -> Finding | None:
         """Note the user turn as evidence; the finding ``count`` calls for, if any.
         ``said`` is formatted (``n``: the times said, ``latest``: the reply's preview)
@@ -392,6 +420,8 @@ class RestatedReply(Detector):
         severity = severity_for(count, self.warn_at, self.stop_at)
         if severity is None:
             return None
+        if severity is Severity.STOP and not stops:
+            severity = Severity.WARN  # told once (warnings are given once per pattern)
         action = actions[0] if severity is Severity.WARN else actions[1]
         message = said.format(n=count + 1, latest=preview(text, 80)) + " " + action
         return Finding(self.name, severity, ctx.step, tuple(st.steps), message, pattern)
