@@ -341,6 +341,45 @@ def test_stagnation_empty_outputs_and_distinct_outputs() -> None:
     assert firsts(only(Stagnation(), distinct)) == (None, None)
 
 
+PREAMBLE = (
+    "[Acme is a software company powered by multiple intelligent agents, such as a chief "
+    "executive officer, a chief technology officer and programmers, with the mission of "
+    "changing the digital world through programming. You are the Programmer; we are both "
+    "working at Acme and share an interest in completing the customer's task.] "
+) * 3
+
+
+def test_stagnation_reads_a_long_output_past_what_it_compares() -> None:
+    # one agent's long outputs in a row (a role-play's code rounds): the first 1,500
+    # characters alike, the code after them new each time
+    rounds = [PREAMBLE + "main.py\n" + "x = compute(grid)\n" * 100 + f"y = {i}\n" for i in range(5)]
+    assert firsts(only(Stagnation(), [model(r, agent="dev") for r in rounds])) == (None, None)
+    same = [model(rounds[0], agent="dev") for _ in range(5)]
+    assert firsts(only(Stagnation(), same)) == (1, 3)
+
+
+ROLE = (
+    "[Acme is a software company powered by many intelligent agents: a chief executive "
+    "officer, a chief product officer, a chief technology officer, a counselor, testers "
+    "and programmers, organised like any firm, whose mission is changing the digital "
+    "world through programming. You are the Programmer. We both work at Acme and share "
+    "an interest in collaborating to complete a task assigned by a new customer. You can "
+    "write software in Python, Java, C, C++, HTML, CSS, JavaScript, XML, SQL and PHP, "
+    "with extensive experience across many platforms and varieties of languages.] "
+)
+
+
+def test_stagnation_a_preamble_then_much_against_a_preamble_then_little() -> None:
+    # after the same opening, one message goes on (a design) and the next hardly does:
+    # the second says nothing the first said, it is not the first again
+    design = ROLE + "The board module keeps tiles; moves slide them; merges double values."
+    events = [model(design, agent="dev"), model(ROLE + "<INFO> Finished", agent="dev")]
+    assert firsts(only(Stagnation(), events)) == (None, None)
+    # the same opening and a closing too short to compare: the same message again
+    again = [model(ROLE + "<INFO> Finished", agent="dev") for _ in range(2)]
+    assert firsts(only(Stagnation(), again)) == (1, None)
+
+
 UNABLE = (
     "I'm unable to provide information about the balance of your {}. You may want to "
     "check your user profile or contact customer support for assistance with this."

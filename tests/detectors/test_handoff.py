@@ -103,6 +103,37 @@ def test_a_fixed_preamble_before_each_message_is_not_the_request() -> None:
     assert scan_with({"run_id": "rp3", "events": resent}, PingPong()) == (3, 4)
 
 
+# A software-company role-play's review rounds: a framework template opens every
+# message, and what changes (the code, the comments) comes after it.
+REVIEW = (
+    "According to the new user's task, our designed product modality, languages and "
+    "ideas, our developed first-edition source codes are listed below: Task: design a "
+    "simple 2048 game with a 10x10 grid that follows the standard rules. Modality: "
+    "application. Programming Language: Python. Codes: "
+)
+
+
+def _code(version: int) -> str:
+    lines = [f"def move_{i}(grid):\n    return shift(grid, {i})\n" for i in range(40)]
+    lines[30 + version % 10] = f"def move_fixed_{version}(grid):\n    return merge(grid)\n"
+    return "main.py\n```python\n" + "".join(lines) + "```"
+
+
+def test_review_rounds_with_new_code_after_the_same_template_are_work() -> None:
+    # each round's code differs past the part of a message compared: new work to look
+    # at, however alike the openings (publicly logged role-play runs were stopped here)
+    events = []
+    for version in range(6):
+        events.append(msg("programmer", REVIEW + _code(version), to="reviewer"))
+        events.append(msg("reviewer", REVIEW + _code(version), to="programmer"))
+    assert scan_with({"run_id": "review", "events": events}, PingPong()) == (None, None)
+    # the very same code sent back and forth is the same message again
+    pair = [("programmer", "reviewer"), ("reviewer", "programmer")]
+    same = [msg(pair[i % 2][0], REVIEW + _code(0), to=pair[i % 2][1]) for i in range(6)]
+    first_warn, first_stop = scan_with({"run_id": "resent", "events": same}, PingPong())
+    assert first_warn is not None and first_stop is not None
+
+
 def test_new_tool_results_between_restatements_reset_the_count() -> None:
     events: list[dict[str, Any]] = []
     for i in range(10):
