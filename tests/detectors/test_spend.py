@@ -85,6 +85,27 @@ def test_a_new_result_resets_the_streak() -> None:
     assert scan_with({"run_id": "r", "events": events}, SpendVelocity()) == (None, None)
 
 
+ROLE = (
+    "[Acme is a software company of intelligent agents: a chief executive officer, a chief "
+    "technology officer, programmers and reviewers, whose mission is changing the digital "
+    "world through programming. You are the Programmer; we both work at Acme.] "
+) * 2
+
+
+def test_new_code_after_the_same_long_opening_is_news() -> None:
+    # a role-play's programmer: every message opens with its role's preamble (all of
+    # what is read of its words) and goes on with a new version of the code
+    events = [{"kind": "user", "text": "Write a 2048 game."}]
+    for i in range(12):
+        code = f"def move(grid):\n    return shift(grid, {i})\n" * 40
+        events.append({"kind": "model", "agent": "dev", "text": ROLE + code, "tokens": 900})
+    assert scan_with({"run_id": "rounds", "events": events}, SpendVelocity()) == (None, None)
+    # the same long message again and again is spend without news
+    same = events[:2] + [dict(events[1]) for _ in range(11)]
+    first_warn, first_stop = scan_with({"run_id": "again", "events": same}, SpendVelocity())
+    assert first_warn is not None and first_stop is not None
+
+
 def test_thresholds_are_validated() -> None:
     with pytest.raises(ValueError, match="warn_after"):
         SpendVelocity(warn_after=0)

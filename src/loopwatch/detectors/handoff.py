@@ -244,8 +244,8 @@ class PingPong(Detector):
         )
 
     def _same(self, old: Message, fp: str, text: str, words: dict[str, int], payload: str) -> bool:
-        if payload and old.payload and payload != old.payload:
-            return False  # the same request with another payload: new work to look at
+        if payload != old.payload:
+            return False  # the same request with another payload (or none): new work
         if old.fp == fp or request_overlap(old.words, words) >= self.overlap:
             return True
         if self._compare is None:

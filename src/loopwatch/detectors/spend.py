@@ -21,7 +21,7 @@ from typing import Final, final
 from ..events import KINDS, MODEL
 from ..findings import Finding, Severity
 from ..state import DetectorState
-from ..text import LONG_WORD, split_words, word_at_rest
+from ..text import LONG_WORD, payload_fingerprint, split_words, word_at_rest
 from .base import Context, Detector, note_novelty, trim
 
 __all__ = [
@@ -35,13 +35,14 @@ _VOCAB_MAX: Final = 256  # recent output words remembered per run
 _STEPS_MAX: Final = 10
 # Only the start of an output is read for new words: bounds cost and state.
 _OUTPUT_CHARS: Final = 400
+_PAYLOADS_MAX: Final = 8
 
 
 @final
 class SpendState(DetectorState):
     """Spend since the last new information, and the recent output vocabulary."""
 
-    __slots__ = ("cost", "fresh", "mark", "quiet", "start", "steps", "tok", "vocab")
+    __slots__ = ("cost", "fresh", "mark", "payloads", "quiet", "start", "steps", "tok", "vocab")
 
     def __init__(self) -> None:
         self.mark = 0  # novelty mark (see note_novelty)
@@ -53,6 +54,9 @@ class SpendState(DetectorState):
         self.steps: list[int] = []  # evidence: the last few quiet spending steps
         self.vocab: dict[str, int] = {}  # recent output words (FIFO, at most 256; long
         # ones by their fingerprint: text.word_at_rest)
+        # text.payload_fingerprint of the last few outputs longer than what is read of
+        # their words (_OUTPUT_CHARS)
+        self.payloads: list[str] = []
 
 
 @final
@@ -76,6 +80,22 @@ def _fmt_spend(tokens: float, cost: float) -> str:
     return " and ".join(bits) or "spend"
 
 
+def _payload_is_new(st: SpendState, text: str) -> bool:
+    """Whether an output longer than what is read of its words carries a payload (code,
+    a document, a report) none of the last few outputs carried: new content past an
+    opening that repeats (a role-play's preamble and template before each new version of
+    the code). The same payload again is no news."""
+    payload = payload_fingerprint(text, _OUTPUT_CHARS)
+    if not payload:
+        return False
+    payloads = st.payloads
+    if payload in payloads:
+        return False
+    payloads.append(payload)
+    trim(payloads, _PAYLOADS_MAX)
+    return True
+
+
 class SpendVelocity(Detector):
     """Spend that keeps accruing while nothing new comes of it.
 
@@ -84,7 +104,12 @@ class SpendVelocity(Detector):
     previous spending step, the run made a call not in its recent window, got a
     tool result or user input it had not seen, or when the step's own output adds
     enough new words (at least ``min_new_words`` and ``min_output_novelty`` of its
-    distinct words not among the run's last 256 output words). Like Fuze's
+    distinct words not among the run's last 256 output words), or, for an output longer
+    than the 400 characters whose words are read, when what follows them (its payload:
+    code, a document) is none of the last 8 payloads: a role-play's programmer opens
+    every message with its preamble and goes on with new code (104 public ChatDev logs:
+    89 stopped by this detector without it, none with it; no run of the 8 sources
+    changes). Like Fuze's
     ``progress_window``: a streak of ``warn_after`` quiet spending steps warns and
     ``stop_after`` stops, provided the streak spent at least ``min_tokens`` tokens
     or ``min_cost`` (the ``cost_velocity_window`` idea: spend, not just turns).
@@ -171,6 +196,8 @@ class SpendVelocity(Detector):
         # an output the trace did not record may have been new: never count it as
         # spend without novelty
         own_news = ev.kind == MODEL and (not ev.text_known or self._output_is_new(st, ev.text))
+        if ev.kind == MODEL and ev.text_known and _payload_is_new(st, ev.text):
+            own_news = True
         if not (ev.tokens > 0 or ev.cost > 0):
             if own_news:
                 st.fresh = True

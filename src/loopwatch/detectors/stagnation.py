@@ -268,11 +268,12 @@ class Stagnation(Detector):
         payload = payload_fingerprint(whole, _COMPARE_CHARS)
         prev = agents.pop(agent, None)
         # compared only when two outputs of one agent come in a row, which most
-        # agents never do; two long ones whose payloads differ (past the characters
-        # compared) are new work, however alike their openings
+        # agents never do; two that differ past the characters compared (one runs
+        # past them and the other does not, or their payloads differ) are new work,
+        # however alike their openings
         if (
             prev is not None
-            and not (payload and prev.payload and payload != prev.payload)
+            and payload == prev.payload
             and (_same(text, prev.text) or self._similar(text, prev.text))
             and not (ctx.state.user_step > prev.steps[-1] and _takes_up(text, prev.text, st.heard))
         ):
