@@ -107,9 +107,10 @@ class SpendVelocity(Detector):
     distinct words not among the run's last 256 output words), or, for an output longer
     than the 400 characters whose words are read, when what follows them (its payload:
     code, a document) is none of the last 8 payloads: a role-play's programmer opens
-    every message with its preamble and goes on with new code (104 public ChatDev logs:
-    89 stopped by this detector without it, none with it; no run of the 8 sources
-    changes). Like Fuze's
+    every message with its preamble and goes on with new code (101 public ChatDev logs,
+    ``benchmarks/heldout.py``: once ping-pong and stagnation read past their openings,
+    this detector stopped 89 of them without the payload, none with it; no run of the 8
+    sources changes). Like Fuze's
     ``progress_window``: a streak of ``warn_after`` quiet spending steps warns and
     ``stop_after`` stops, provided the streak spent at least ``min_tokens`` tokens
     or ``min_cost`` (the ``cost_velocity_window`` idea: spend, not just turns).

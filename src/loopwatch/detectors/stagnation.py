@@ -155,15 +155,15 @@ class Stagnation(Detector):
     at their 2nd reply (each a labelled loop that begins 2 to 67 events later, and is
     still stopped where it was); no other run changes.
 
-    Long outputs are read past the part compared: two whose whole texts differ there
-    (a role-play's rounds of code after the same preamble and template) are new work,
-    not a restatement; and two that open with the same long preamble, one going on to
-    say much and the other hardly anything, do not restate each other. Measured on the
-    104 public ChatDev logs (a software-company role-play the corpus does not have,
-    every message opening with the role's fixed preamble): stagnation stopped 40 runs
-    and warned 37 more once ping-pong no longer stopped them first; with these two rules
-    2 runs are stopped (the same message 4 times over, word for word) and 6 warned; no
-    run of the 8 sources changes.
+    Long outputs are read past the part compared: two that differ there (their whole
+    texts differ, or one runs past it and the other does not: a role-play's rounds of
+    code after the same preamble and template) are new work, not a restatement; and two
+    that open with the same long preamble, one going on to say much and the other hardly
+    anything, do not restate each other. Measured on 101 public ChatDev logs (a
+    software-company role-play the corpus does not have, every message opening with the
+    role's fixed preamble; ``benchmarks/heldout.py``): stagnation stopped 16 of them, and
+    40 once ping-pong no longer stopped them first; with these rules 2 (the same message
+    4 times over, word for word); no run of the 8 sources changes.
 
     Similarity is the Jaccard index of the two outputs' word sets, which is blind to
     word and clause order (a plan restated with its clauses shuffled scores 0.93 on
