@@ -231,9 +231,10 @@ class RestatedReply(Detector):
     restating its reply is then not going on without what it lacks. Against a user who
     only insists (asks again for what was refused), restating is holding a line: the
     user is the one going round, and the agent is told once (the warning), not stopped.
-    Measured on public tau2-bench trajectories (677 conversations of 7 agents the corpus
-    does not have: airline, retail, medical triage): the stop had ended 3 solved
-    conversations (3 agents refusing a refund or an exception, reward 1) and 2 others (a
+    Measured on public tau2-bench trajectories (677 conversations of six agent systems
+    the corpus does not have: airline, retail, medical triage; benchmarks/heldout.py):
+    the stop had ended 3 solved conversations (3 agents refusing a refund or an
+    exception, reward 1) and 2 others (a
     correct "one passenger" restated to a user sure of three; a hold message after a
     transfer); with this rule 2 of 517 solved runs are stopped (an agent calling the
     transfer tool 4 times). On the corpus: 3 tau-bench runs labelled loops (an insurance

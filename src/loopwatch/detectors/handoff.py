@@ -140,7 +140,8 @@ class PingPong(Detector):
     around each round of code review), nor is one that runs past that part the same as
     one that does not. Measured on 101 public ChatDev logs (a software-company role-play
     the corpus does not have; ``benchmarks/heldout.py``): this detector stopped 71 of
-    them in their review rounds, 1 now (the same 8,900-character message sent twice);
+    them in their review rounds, 1 now (a review round whose messages each repeat an
+    earlier one word for word);
     no run of the 8 sources changes.
 
     Deliberately ignores: one-sided repetition, agent talking to the user, long
