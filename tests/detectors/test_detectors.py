@@ -435,7 +435,13 @@ def test_chanting_ignores_code_tables_and_lists() -> None:
     code = "```\n" + "print('the same line of code here')\n" * 30 + "```"
     table = "\n".join("| the same cell value | the same cell value |" for _ in range(30))
     bullets = "\n".join("- the same bullet point text here" for _ in range(30))
-    for text in (code, table, bullets):
+    # several files' code listed without fences, each opening with the same imports
+    files = "\n\n".join(
+        f"# file_{i}.py\nimport tkinter as tk\nfrom game.board import Board\nclass Part{i}:\n"
+        "    pass"
+        for i in range(10)
+    )
+    for text in (code, table, bullets, files):
         assert firsts(only(Chanting(), [model(text)])) == (None, None)
 
 
