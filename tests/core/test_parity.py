@@ -34,6 +34,8 @@ TEXTS = [
     "", "ok", "Let me look.", PLAN, PLAN.replace("then", "and then"), "done " * 60,
     "Please open the price list and find the cheapest item.",
     PLAN.replace("parser", "lexer"),  # a restatement that takes up a user's word
+    # long messages: the same preamble, then a payload that differs (or not)
+    PLAN * 12 + "x = 1\n" * 300, PLAN * 12 + "x = 2\n" * 300,
 ]  # fmt: skip
 # Two screens of one address (a page re-read and a scrolled one), as browser tools echo them
 _PAGE = "Here is a screenshot of [Shop](https://shop.example.com/list). " + " ".join(
@@ -72,6 +74,8 @@ def events(draw: Any) -> dict[str, Any]:
             ev["id"] = f"c{draw(st.integers(0, 5))}"
     elif kind == "model":
         ev["text"] = draw(st.sampled_from(TEXTS))
+        if draw(st.booleans()):
+            ev["tokens"] = 120  # spend: spend_velocity reads the run's outputs
         agent = draw(st.sampled_from([None, "writer", "manager"]))
         if agent:
             ev["agent"] = agent
