@@ -234,12 +234,12 @@ class RestatedReply(Detector):
     Measured on public tau2-bench trajectories (677 conversations of six agent systems
     the corpus does not have: airline, retail, medical triage; benchmarks/heldout.py):
     the stop had ended 3 solved conversations (3 agents refusing a refund or an
-    exception, reward 1) and 2 others (a
-    correct "one passenger" restated to a user sure of three; a hold message after a
-    transfer); with this rule 2 of 517 solved runs are stopped (an agent calling the
-    transfer tool 4 times). On the corpus: 3 tau-bench runs labelled loops (an insurance
-    and a refund refusal restated to a user who insists; all three solved) are warned
-    instead of stopped (tau-bench 5/12 stopped), no other run changes.
+    exception, reward 1) and 2 others (a correct "one passenger" restated to a user sure
+    of three; a hold message after a transfer); with this rule 2 of 517 solved runs are
+    stopped (an agent calling the transfer tool 4 times). On the corpus: 3 tau-bench
+    runs labelled loops (an insurance and a refund refusal restated to a user who
+    insists; all three solved) are warned instead of stopped (tau-bench 5/12 stopped),
+    no other run changes.
 
     Deliberately ignores: messages between agents (``to`` another agent), replies
     followed by a tool call (the agent acted), and repetition that comes with new
