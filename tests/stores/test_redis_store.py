@@ -289,8 +289,14 @@ _workers: dict[str, list[RedisStore]] = {}
 
 
 def three_workers(url: str) -> list[RedisStore]:
+    # Steps here are sequential (no worker waits on another), so a step that runs past
+    # the default 0.5 s is the machine stalling, not the store: with it, one stalled step
+    # on a loaded CI machine failed open and this verdict-equality property with it. The
+    # fail-open path has its own tests.
     if url not in _workers:
-        _workers[url] = [RedisStore.from_url(url, prefix="three-workers") for _ in range(3)]
+        _workers[url] = [
+            RedisStore.from_url(url, prefix="three-workers", timeout=10.0) for _ in range(3)
+        ]
     return _workers[url]
 
 
