@@ -19,7 +19,8 @@ Two converters, each printing native JSON Lines (one run a line) on stdout:
 Nothing here is a loop label: the runs are read for false alarms (stops and warnings
 on runs that solved their task, or that a reading finds healthy). The converters keep
 what a trace of these agents would carry and nothing more: a tool call without a result
-in the file has none here either.
+in the file has none here either, and a value the file does not hold (a result's
+content, a call's arguments) is ``unknown``, never empty.
 """
 
 from __future__ import annotations
@@ -54,21 +55,20 @@ def tau2_runs(path: Path) -> Iterator[dict[str, Any]]:
                     else:
                         events.append({"kind": "user", "text": content})
                 for call in calls:
-                    event = {
-                        "kind": "tool_call",
-                        "name": call.get("name"),
-                        "args": call.get("arguments"),
-                        "id": call.get("id"),
-                    }
+                    event = {"kind": "tool_call", "name": call.get("name"), "id": call.get("id")}
+                    if call.get("arguments") is None:
+                        event["unknown"] = ["args"]  # not exported: unknown, not empty
+                    else:
+                        event["args"] = call["arguments"]
                     if role == "user":  # a simulated user's own tools (telecom)
                         event["agent"] = "user"
                     events.append(event)
             elif role == "tool":
-                result: dict[str, Any] = {
-                    "kind": "tool_result",
-                    "text": content or "",
-                    "id": message.get("id"),
-                }
+                result: dict[str, Any] = {"kind": "tool_result", "id": message.get("id")}
+                if content is None:
+                    result["unknown"] = ["text"]  # not recorded: unknown, not empty
+                else:
+                    result["text"] = content
                 if message.get("error") in (True, "True"):
                     result["error"] = True
                 events.append(result)

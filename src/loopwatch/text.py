@@ -44,7 +44,6 @@ __all__ = [
     "lexical_verdict",
     "looks_like_code",
     "negative",
-    "payload_fingerprint",
     "plain_words",
     "preview",
     "request_overlap",
@@ -178,24 +177,6 @@ def jaccard(a: set[str], b: set[str]) -> float:
 def fingerprint(text: str) -> str:
     """Stable 16-hex fingerprint of a text (xxh3, as the event keys)."""
     return str(xxhash.xxh3_64_hexdigest(text.encode("utf-8", "surrogatepass")))
-
-
-# How much of a message's payload is read: past this, a changed payload is not seen.
-_PAYLOAD_CHARS: Final = 16_000
-
-
-def payload_fingerprint(text: str, compared: int) -> str:
-    """The fingerprint of a whole message (its first 16,000 characters)
-    when it runs past the ``compared`` characters a detector reads of it, else "".
-
-    A request, a plan or a restatement shows in a message's opening; a long message
-    carries a payload after it (code, a document, a report) that changes from one
-    round to the next while the opening stays the same (a role-play's fixed preamble, a
-    framework's template around each version of the code). Two such messages with
-    different payloads are new work to look at, not the same message again."""
-    if len(text) <= compared:
-        return ""
-    return fingerprint(text[:_PAYLOAD_CHARS])  # exact: spacing folded cost 30 us on 16 kB
 
 
 # A text's opening, as :func:`head_marks` records it: one mark per this many characters,

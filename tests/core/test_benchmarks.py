@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from loopwatch import Config, Guard, scan
+
 BENCHMARKS = sorted((Path(__file__).resolve().parents[2] / "benchmarks").glob("*.py"))
 
 
@@ -84,3 +86,29 @@ def test_the_heldout_converters_keep_what_the_files_carry(tmp_path: Path) -> Non
             "tokens": 370,
         },
     ]
+
+
+def test_the_heldout_converters_mark_what_a_file_does_not_hold_unknown(tmp_path: Path) -> None:
+    """A call exported without its arguments and a result without its content are
+    unknown, never empty: three such calls are not "the same call" three times, and
+    the guard replaying the converted run agrees with the scan."""
+    heldout = runpy.run_path(str(BENCHMARKS[0].parent / "heldout.py"), run_name="heldout")
+    call = '{"role": "assistant", "content": null, "tool_calls": [{"id": "t%d", "name": "lookup"}]}'
+    result = '{"role": "tool", "id": "t%d", "content": null}'
+    messages = ",".join(call % i + "," + result % i for i in range(4))
+    results = tmp_path / "retail.json"
+    results.write_text(
+        '[{"task_id": "1", "trial": 0, "reward_info": {"reward": 1.0}, "messages": ['
+        + messages
+        + "]}]",
+        encoding="utf-8",
+    )
+    (run,) = heldout["tau2_runs"](results)
+    calls = [e for e in run["events"] if e["kind"] == "tool_call"]
+    answers = [e for e in run["events"] if e["kind"] == "tool_result"]
+    assert all(e["unknown"] == ["args"] and "args" not in e for e in calls)
+    assert all(e["unknown"] == ["text"] and "text" not in e for e in answers)
+    report = scan(run, Config())
+    assert report.findings == []
+    guard = Guard(Config())
+    assert all(guard.observe(run["run_id"], e).action == "ok" for e in run["events"])

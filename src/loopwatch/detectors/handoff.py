@@ -13,7 +13,6 @@ from ..text import (
     HEAD_RUNG,
     fingerprint,
     head_marks,
-    payload_fingerprint,
     request_overlap,
     request_words,
     shared_head,
@@ -36,7 +35,7 @@ _AGENT_SPANS: Final = frozenset({"agent", "handoff", "subagent", "sub_agent", "c
 _PREAMBLE_CHARS: Final = _TEXT_CHARS // 2
 _BODY_WORDS: Final = 3
 # A message longer than this carries a payload past its request (code, a document, a
-# report): see PingPong and text.payload_fingerprint.
+# report): see PingPong and Event.payload_key.
 _PAYLOAD_AFTER: Final = 2 * _TEXT_CHARS
 
 
@@ -141,8 +140,7 @@ class PingPong(Detector):
     one that does not. Measured on 101 public ChatDev logs (a software-company role-play
     the corpus does not have; ``benchmarks/heldout.py``): this detector stopped 71 of
     them in their review rounds, 1 now (a review round whose messages each repeat an
-    earlier one word for word);
-    no run of the 8 sources changes.
+    earlier one word for word); no run of the 8 sources changes.
 
     Deliberately ignores: one-sided repetition, agent talking to the user, long
     conversations that keep adding content, and restatements separated by new
@@ -195,7 +193,7 @@ class PingPong(Detector):
         st.last = sender
         if recipient is None or recipient == sender or not text:
             return None
-        payload = payload_fingerprint(text, _PAYLOAD_AFTER)
+        payload = ctx.event.payload_key if len(text) > _PAYLOAD_AFTER else ""
         text, words = _body(st, sender, text)
         pair = "<>".join(sorted((sender, recipient)))
         pairs = st.pairs

@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable
 from typing import Final, final
 
-from ..events import KINDS, MODEL
+from ..events import KINDS, MODEL, Event
 from ..findings import Finding, Severity
 from ..state import DetectorState
-from ..text import LONG_WORD, payload_fingerprint, split_words, word_at_rest
+from ..text import LONG_WORD, split_words, word_at_rest
 from .base import Context, Detector, note_novelty, trim
 
 __all__ = [
@@ -54,8 +54,8 @@ class SpendState(DetectorState):
         self.steps: list[int] = []  # evidence: the last few quiet spending steps
         self.vocab: dict[str, int] = {}  # recent output words (FIFO, at most 256; long
         # ones by their fingerprint: text.word_at_rest)
-        # text.payload_fingerprint of the last few outputs longer than what is read of
-        # their words (_OUTPUT_CHARS)
+        # Event.payload_key of the last few outputs longer than what is read of their
+        # words (_OUTPUT_CHARS)
         self.payloads: list[str] = []
 
 
@@ -80,14 +80,14 @@ def _fmt_spend(tokens: float, cost: float) -> str:
     return " and ".join(bits) or "spend"
 
 
-def _payload_is_new(st: SpendState, text: str) -> bool:
+def _payload_is_new(st: SpendState, ev: Event) -> bool:
     """Whether an output longer than what is read of its words carries a payload (code,
     a document, a report) none of the last few outputs carried: new content past an
     opening that repeats (a role-play's preamble and template before each new version of
     the code). The same payload again is no news."""
-    payload = payload_fingerprint(text, _OUTPUT_CHARS)
-    if not payload:
+    if len(ev.text) <= _OUTPUT_CHARS:
         return False
+    payload = ev.payload_key
     payloads = st.payloads
     if payload in payloads:
         return False
@@ -197,7 +197,7 @@ class SpendVelocity(Detector):
         # an output the trace did not record may have been new: never count it as
         # spend without novelty
         own_news = ev.kind == MODEL and (not ev.text_known or self._output_is_new(st, ev.text))
-        if ev.kind == MODEL and ev.text_known and _payload_is_new(st, ev.text):
+        if ev.kind == MODEL and ev.text_known and _payload_is_new(st, ev):
             own_news = True
         if not (ev.tokens > 0 or ev.cost > 0):
             if own_news:

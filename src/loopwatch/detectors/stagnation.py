@@ -10,7 +10,6 @@ from ..findings import Finding, Severity
 from ..state import KeyedState, StateError, Written, dump_map, load_map
 from ..text import (
     jaccard,
-    payload_fingerprint,
     plain_words,
     request_overlap,
     request_words,
@@ -73,8 +72,8 @@ class Restatement(Written):
         self.count = 1  # outputs in a row saying the same thing
         self.text = text  # the last of them, clipped
         self.steps = [step]  # evidence: their event indices (the last few)
-        # text.payload_fingerprint of the last of them: "" unless it ran past the
-        # characters compared
+        # Event.payload_key of the last of them: "" unless it ran past the characters
+        # compared
         self.payload = payload
 
     def dump(self) -> Any:  # in slot order, as Record.dump
@@ -265,7 +264,7 @@ class Stagnation(Detector):
             return None
         whole = ev.text.strip()
         text = whole[:_COMPARE_CHARS]
-        payload = payload_fingerprint(whole, _COMPARE_CHARS)
+        payload = ev.payload_key if len(whole) > _COMPARE_CHARS else ""
         prev = agents.pop(agent, None)
         # compared only when two outputs of one agent come in a row, which most
         # agents never do; two that differ past the characters compared (one runs
