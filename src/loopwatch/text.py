@@ -44,6 +44,7 @@ __all__ = [
     "lexical_verdict",
     "looks_like_code",
     "negative",
+    "phrase_lower",
     "plain_words",
     "preview",
     "request_overlap",
@@ -78,6 +79,21 @@ def _spaced(text: str) -> str:
     if _isascii(text):  # O(1): CPython records it with the string
         return text.encode("ascii").translate(_LOWER_SPACED_BYTES).decode("ascii")
     return text.lower().translate(_PUNCTUATION)
+
+
+# Typographic apostrophes (right and left single quotes, the modifier letter) as the
+# plain one: phones, word processors and many models write "don’t", and the phrase
+# patterns the detectors read ("don't have", "didn't") are written with "'".
+_APOSTROPHES: Final = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
+
+
+def phrase_lower(text: str) -> str:
+    """``text`` lower-cased for phrase patterns, its typographic apostrophes plain
+    (one character for one: offsets into the result are offsets into ``text``
+    wherever lower-casing keeps them)."""
+    if _isascii(text):
+        return text.lower()
+    return text.lower().translate(_APOSTROPHES)
 
 
 def word_set(text: str) -> set[str]:

@@ -323,6 +323,38 @@ def test_the_same_reply_to_a_user_who_cannot_give_more_is_a_loop() -> None:
     assert stop.steps == (6, 8, 10, 12)
 
 
+@pytest.mark.parametrize("apostrophe", ["\u2019", "\u2018", "\u02bc"])
+def test_a_deferral_written_with_a_typographic_apostrophe_is_a_deferral(apostrophe: str) -> None:
+    # Phones, word processors and many models write "don\u2019t": the user still says
+    # they do not have it, and the verdict is the one for "don't".
+    users = [DEFERS[0].replace("'", apostrophe), *DEFERS[1:]]
+    assert apostrophe in users[0]
+    report = scan(run(talk(REFUSALS, users)), Config())
+    assert (report.first_warn, report.first_stop) == (10, 12)
+
+
+def test_a_deferral_answered_by_a_lookup_is_over() -> None:
+    # "I don't remember the reservation ID", and the agent finds it with the user id:
+    # what the user could not give was found. Restating an answer afterwards to a user
+    # who only insists is told, not stopped, as when nobody deferred.
+    events: Events = [
+        {"kind": "user", "text": "Please add insurance to my last booking."},
+        model("Could you provide your user ID and the reservation ID?", to="user"),
+        {"kind": "user", "text": "My user ID is noah_1. I don't remember the reservation ID."},
+    ]
+    events += tool("get_user_details", {"user_id": "noah_1"}, '{"reservations": ["4OG6T3"]}')
+    events += tool("get_reservation_details", {"id": "4OG6T3"}, '{"passengers": 1}')
+    for reply, said in zip(REFUSALS, PUSHES, strict=True):
+        events.append(model(reply, agent="airline_agent", to="user"))
+        events.append({"kind": "user", "text": said})
+    report = scan(run(events), Config())
+    assert report.first_warn is not None
+    assert report.first_stop is None
+    # without the lookups, the deferral stands and the restating is stopped
+    del events[3:7]
+    assert scan(run(events), Config()).first_stop is not None
+
+
 def test_a_user_who_brings_something_specific_restarts_the_count() -> None:
     # without the booking number at step 8, the replies would be stopped at 12 (above)
     users = list(DEFERS)

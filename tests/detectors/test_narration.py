@@ -59,6 +59,25 @@ def test_the_same_click_that_the_narration_says_did_nothing_is_told_then_stopped
     assert all("no new result" not in f.message for f in report.findings)
 
 
+def test_a_narration_written_with_typographic_apostrophes_reads_the_same() -> None:
+    # "didn\u2019t close", as many models and editors write it: the same reading and
+    # the same verdicts as "didn't close"
+    plain = ["The banner didn't close. Let me click it again.", *STUCK[1:]]
+    typographic = [note.replace("'", "\u2019") for note in plain]
+    assert "\u2019" in typographic[0]
+    report = scan(run(banner(typographic)), Config())
+    assert (report.first_warn, report.first_stop) == (7, 8)
+    missing = ["I don\u2019t see the Accept button. Let me scroll to the Accept button."] * 4
+    assert (
+        scan(run(banner(missing)), Config()).to_dict()["findings"]
+        == (
+            scan(run(banner([m.replace("\u2019", "'") for m in missing])), Config()).to_dict()[
+                "findings"
+            ]
+        )
+    )
+
+
 def test_identical_clicks_whose_narration_names_something_new_each_time_are_progress() -> None:
     skins = [
         "DYNASTY AHRI", "MIDNIGHT AHRI", "FOXFIRE AHRI", "POPSTAR AHRI", "ARCADE AHRI",

@@ -11,7 +11,7 @@ from ..events import MODEL, TOOL_CALL, TOOL_RESULT, USER
 from ..findings import Finding, Severity
 from ..redact import redact
 from ..state import DetectorState
-from ..text import split_words
+from ..text import phrase_lower, split_words
 from .base import Context, Detector, preview, severity_for, trim
 
 __all__ = ["RestatedReply"]
@@ -95,7 +95,7 @@ def _asked_for(text: str) -> list[int]:
 
 def _defers(text: str) -> bool:
     """Whether a user turn says they do not have what was asked for (yet)."""
-    return _DEFERS.search(text.lower()) is not None
+    return _DEFERS.search(phrase_lower(text)) is not None
 
 
 def _tokens(text: str) -> list[int]:
@@ -241,6 +241,18 @@ class RestatedReply(Detector):
     insists; all three solved) are warned instead of stopped (tau-bench 5/12 stopped),
     no other run changes.
 
+    A deferral is read as the user wrote it: "I don’t have it" (a typographic
+    apostrophe, as phones and many simulated users write; 476 of the 677 tau2-bench
+    conversations have such user turns) is "I don't have it". It holds until the next
+    progress: a lookup that finds something new (the agent found the booking by the
+    user id) ends it, with or without replies to restate. Measured: on tau2-bench no
+    stop more (reading the apostrophe alone would have stopped one conversation: a
+    correct "one passenger" restated after the agent had found the booking the user
+    could not name); on the corpus one warning more on a run labelled not-a-loop, an
+    agent asking 4 times for a reservation id the user said they would look up later,
+    with the user id it never used in hand: the warning's advice ("go on with what the
+    user did give") is what that agent needed.
+
     Deliberately ignores: messages between agents (``to`` another agent), replies
     followed by a tool call (the agent acted), and repetition that comes with new
     results (confirming a booking again after a change).
@@ -319,8 +331,12 @@ class RestatedReply(Detector):
             st.acted = True
             return None
         if kind == TOOL_RESULT:
-            if ctx.novel and st.replies:
-                st.restart()  # something new came back
+            if ctx.novel:  # something new came back
+                if st.replies:
+                    st.restart()
+                # what the user could not give was found another way: a deferral is
+                # read "since the last progress", with or without replies to restate
+                st.deferred = False
             return None
         # a user turn: judge the reply it answers, then see what the user brought
         reply, st.pending = st.pending, None

@@ -13,6 +13,7 @@ from ..events import MODEL, TOOL_CALL, TOOL_RESULT, USER, Event
 from ..findings import Finding, Severity
 from ..fingerprints import maybe_json, moves_view
 from ..state import DetectorState, Record, StateError
+from ..text import phrase_lower
 from .base import Context, Detector, preview, trim
 
 __all__ = ["NoEffect"]
@@ -133,7 +134,7 @@ def read(text: str, known: dict[int, None]) -> Reading:
     Each pattern costs several microseconds a narration, so they run only where their
     answer can still change the reading (a failure reported makes the rest moot)."""
     text = text.strip()[:_LEARN_CHARS]
-    low = text.lower()
+    low = phrase_lower(text)
     at = _PLAN.search(low)
     start = at.start() if at else len(text)
     cut = min(start, _OBSERVATION_CHARS)
@@ -528,12 +529,12 @@ class NoEffect(Detector):
         )
 
     def _absent(self, ctx: Context, st: NoEffectState, observation: str) -> Finding | None:
-        low = observation.lower()
+        low = phrase_lower(observation)
         if not any(stem in low for stem in _ABSENT_STEMS) or _ABSENT.search(low) is None:
             return None
         names: set[str] = set()
         for sentence in _SENTENCE_END.split(observation):
-            if sentence and _ABSENT.search(sentence.lower()):
+            if sentence and _ABSENT.search(phrase_lower(sentence)):
                 names |= {w for w in _names(sentence) if not any(c.isdigit() for c in w)}
         worst: Finding | None = None
         for name in sorted(names):
