@@ -62,7 +62,10 @@ __all__ = [
 # 7: ping_pong keeps how each agent's last message opened (``heads``).
 # 8: the marks of a call's words on CallRecord (``marks``).
 # 9: stagnation keeps the marks of the user's last message's words (``heard``).
-STATE_VERSION: Final = 10
+# 10: restated_reply keeps whether the user deferred; long messages' payload keys.
+# 11: stagnation keeps the user's last message's key and whether it was said again,
+# instead of the marks of its words.
+STATE_VERSION: Final = 11
 # What a serialised state starts with, before its version byte. JSON never starts
 # with it, so a state of format 2 or older is told apart and refused by its version.
 _MAGIC: Final = b"LWS"

@@ -399,8 +399,10 @@ def test_stagnation_counts_no_reply_that_takes_up_the_users_new_question() -> No
 
 
 def test_stagnation_counts_an_output_repeated_in_spite_of_the_users_message() -> None:
-    """A harness rejecting the same mistake, with another count each time: the outputs
-    between its messages take up none of its words, and go on counting."""
+    """A harness rejecting the same mistake, with another count each time (numbers
+    masked, its message is the same): from its second rejection on, the outputs between
+    its messages go on counting. The first rejection is a new message, after which only
+    the very same output counts (see the refusal test below)."""
     rejection = "Please always provide EXACTLY ONE action in triple backticks, found {} actions."
     events: Events = [{"kind": "user", "text": "Fix the failing test in utils.py."}]
     for i in range(5):
@@ -408,10 +410,45 @@ def test_stagnation_counts_an_output_repeated_in_spite_of_the_users_message() ->
             model(f"THOUGHT: I will run two commands now: ls, then cat f{i}.py to read it.")
         )
         events.append({"kind": "user", "text": rejection.format(2 + i % 2)})
-    assert firsts(only(Stagnation(), events)) == (3, 7)
+    assert firsts(only(Stagnation(), events)) == (5, 9)
     # the same reply to an unchanged refusal's prompt, identical each time, too
     same = [model(UNABLE.format("gift cards")), {"kind": "user", "text": "Why not?"}]
     assert firsts(only(Stagnation(), same * 4)) == (2, 6)
+
+
+REFUSAL = (
+    "I'm sorry, but I am unable to add travel insurance to your existing reservation, "
+    "as insurance can only be purchased at the time of booking."
+)
+INSISTS = [
+    "Can you please just add it?",
+    "I really need the insurance, please.",
+    "Come on, it's important, add it.",
+    "Please, I'm begging you.",
+    "Why not? Just add it.",
+]
+
+
+def test_stagnation_leaves_a_refusal_restated_in_words_to_a_user_who_insists() -> None:
+    """A support agent holding a correct line, in slightly other words each time, against
+    a user who asks again in new words: the user is the one going round. Stagnation
+    counts no such reply (restated_reply tells the agent, and stops only when the user
+    said they cannot give what would move things on); the very same reply each time is
+    still a restatement, and so is any reply to a user saying the very same thing."""
+    openings = ["", "I understand. ", "I hear you. ", "Again, ", "I know this matters. "]
+    reworded: Events = []
+    for opening, said in zip(openings, INSISTS, strict=True):
+        reworded += [model(opening + REFUSAL, to="user"), {"kind": "user", "text": said}]
+    assert firsts(only(Stagnation(), reworded)) == (None, None)
+    verbatim: Events = []
+    for said in INSISTS:
+        verbatim += [model(REFUSAL, to="user"), {"kind": "user", "text": said}]
+    assert firsts(only(Stagnation(), verbatim)) == (2, 6)
+    same_push: Events = []
+    for opening in openings:
+        same_push += [model(opening + REFUSAL, to="user"), {"kind": "user", "text": INSISTS[0]}]
+    # the user's first message is new (the count starts after it), then it is said again
+    assert firsts(only(Stagnation(), same_push)) == (4, 8)
 
 
 def test_stagnation_never_counts_across_a_user_message_not_recorded() -> None:

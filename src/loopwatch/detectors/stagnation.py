@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, Final, final
 
 from ..events import MODEL, TOOL_CALL, USER
 from ..findings import Finding, Severity
 from ..state import KeyedState, StateError, Written, dump_map, load_map
-from ..text import (
-    jaccard,
-    plain_words,
-    request_overlap,
-    request_words,
-    split_words,
-    word_marks,
-)
+from ..text import fingerprint, jaccard, plain_words, request_overlap, request_words
 from .base import Context, Detector, preview, severity_for, trim
 
 _AGENTS_MAX: Final = 16
@@ -28,7 +20,8 @@ _COMPARE_CHARS: Final = 1500
 # no news (PingPong's measure and threshold).
 _ECHO_OVERLAP: Final = 0.6
 _ECHO_CHARS: Final = 400
-_STEM: Final = 5
+# Digits dropped from a user's message before it is compared with the one before.
+_NO_DIGITS: Final = str.maketrans("", "", "0123456789")
 
 
 def _shared_head(a: str, b: str) -> int:
@@ -43,22 +36,6 @@ def _shared_head(a: str, b: str) -> int:
 def _same(a: str, b: str) -> bool:
     """Equal once case and spacing are folded."""
     return a == b or " ".join(a.lower().split()) == " ".join(b.lower().split())
-
-
-def _takes_up(text: str, before: str, heard: list[int]) -> bool:
-    """Whether an output says words its previous one did not and the user's message in
-    between did (``heard``: its marks): it answers the user (two questions answered
-    from one template: "I cannot tell you your gift card balance" and then "... your
-    certificate balance"). An output that repeats itself in spite of the message (a
-    harness rejecting the same mistake again) takes up none of its words."""
-    if not heard:
-        return False
-    new = plain_words(text) - plain_words(before)
-    return bool(new) and not set(_stem_marks(new)).isdisjoint(heard)
-
-
-def _stem_marks(words: Iterable[str]) -> list[int]:
-    return word_marks([" ".join(w[:_STEM] for w in words)])
 
 
 @final
@@ -91,44 +68,29 @@ class Restatement(Written):
 
 @final
 class StagnationState(KeyedState[Restatement]):
-    """The last output of each agent since the last tool call (LRU, at most 16), and the
-    marks of the words of the user's last message."""
+    """The last output of each agent since the last tool call (LRU, at most 16), and
+    whether the user's last message said again what the one before it said."""
 
-    __slots__ = ("_heard", "said")
+    __slots__ = ("user_again", "user_key")
 
     def __init__(self) -> None:
         super().__init__()
-        # The user's last message, clipped, in memory only; the marks of its words
-        # (_stem_marks) are made from it when first needed: when an output after it
-        # restates the one before (rare), or when a store writes the state (the state
-        # keeps no text of the user at rest).
-        self.said: str | None = None
-        self._heard: list[int] | None = []
-
-    @property
-    def heard(self) -> list[int]:
-        """The marks of the words of the user's last message."""
-        marks = self._heard
-        if marks is None:
-            said = self.said or ""
-            marks = self._heard = _stem_marks(split_words(said))
-        return marks
-
-    def hear(self, said: str | None) -> None:
-        """The user said this (None: a message the trace did not record)."""
-        self.said = said
-        self._heard = None if said is not None else []
+        # fingerprint of the user's last message, digits dropped (a harness saying
+        # "found 2 actions" and then "found 3 actions" says the same); "" when there
+        # was none, or the trace did not record it
+        self.user_key = ""
+        self.user_again = False  # the user's last message repeated the one before it
 
     def dump(self) -> Any:
-        return [dump_map(self.by_key), self.heard]
+        return [dump_map(self.by_key), self.user_key, self.user_again]
 
     @classmethod
     def load(cls, data: Any) -> StagnationState:
-        if not isinstance(data, list) or len(data) != 2 or not isinstance(data[1], list):
-            raise StateError("StagnationState: expected 2 fields")
+        if not isinstance(data, list) or len(data) != 3 or not isinstance(data[1], str):
+            raise StateError("StagnationState: expected 3 fields")
         st = cls()
         st.by_key = load_map(Restatement, data[0])
-        st._heard = data[1]
+        st.user_key, st.user_again = data[1], bool(data[2])
         return st
 
 
@@ -144,15 +106,21 @@ class Stagnation(Detector):
     is: a manager handing out one item after another from a template, each answered by
     a worker's new reply, is not stuck. No run of the corpus changes by it.
 
-    A user's message in between is news only for the output that takes it up: one
-    that says words the agent's last output did not and the message did (a support
-    agent answering "your gift card balance" and then "your certificate balance" from
-    one template, inflections folded by their first 5 letters) answers it, and is not
-    "in a row". An output repeated in spite of the message (a harness rejecting the
-    same mistake again, a user asking "why not?") takes up none of its words and goes
-    on counting. Measured on the 8 sources: 3 warnings fewer, on customer-service runs
-    at their 2nd reply (each a labelled loop that begins 2 to 67 events later, and is
-    still stopped where it was); no other run changes.
+    A user's message in between makes a reply in other words new: a support agent
+    holding a correct refusal, in slightly other words each time, against a user who
+    asks again in new words is not stagnating (the user is the one going round;
+    ``restated_reply`` judges replies to a user, and tells the agent). Only the very
+    same output (case and spacing folded) goes on counting across such a message, or
+    an output near the last one when the user's message says again what the one
+    before it said (every number masked: a harness rejecting the same mistake, "found
+    2 actions", "found 3 actions"). Measured: no run of the 8 sources changes (their
+    restated replies are judged by restated_reply first); on 677 public tau2-bench
+    conversations one warning comes 3 events later. It removes the warning at the 2nd
+    and the stop at the 4th reply of a refusal restated in words (a test); a harness's
+    rejections written as user turns are counted from the second rejection on, two
+    events later than before. (It replaces a rule that let a reply count when it took
+    up none of the user's words: a refusal answers a plea in new words without taking
+    them up.)
 
     Long outputs are read past the part compared: two that differ there (their whole
     texts differ, or one runs past it and the other does not: a role-play's rounds of
@@ -235,15 +203,19 @@ class Stagnation(Detector):
 
     @staticmethod
     def _heard_user(st: StagnationState, ctx: Context) -> None:
-        """Keep the user's message to read its words if an output restates the one
-        before it; a message the trace did not record may have said anything, so it
-        ends every agent's outputs in a row."""
+        """Note whether the user's message says again what the last one said; a
+        message the trace did not record may have said anything, so it ends every
+        agent's outputs in a row."""
         ev = ctx.event
         if ev.text_known:
-            st.hear(ev.text[:_ECHO_CHARS])
+            # numbers dropped: a harness says "found 2 actions", then "found 3 actions"
+            # (a translate and a hash, where Event.error_key's masking costs 10 us)
+            key = fingerprint(ev.text[:_ECHO_CHARS].translate(_NO_DIGITS))
+            st.user_again = key == st.user_key
+            st.user_key = key
         else:
             st.by_key.clear()
-            st.hear(None)
+            st.user_key, st.user_again = "", False
 
     def observe(self, ctx: Context) -> Finding | None:
         st = ctx.state.slot(self.slot_name(), StagnationState)
@@ -273,8 +245,13 @@ class Stagnation(Detector):
         if (
             prev is not None
             and payload == prev.payload
-            and (_same(text, prev.text) or self._similar(text, prev.text))
-            and not (ctx.state.user_step > prev.steps[-1] and _takes_up(text, prev.text, st.heard))
+            and (
+                _same(text, prev.text)
+                or (
+                    (st.user_again or ctx.state.user_step < prev.steps[-1])
+                    and self._similar(text, prev.text)
+                )
+            )
         ):
             prev.count += 1
             prev.text = text
