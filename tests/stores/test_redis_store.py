@@ -373,7 +373,9 @@ def test_a_damaged_value_is_replaced_flagged_and_guarded_again(
 def test_lone_surrogates_give_the_same_verdicts_as_in_memory(
     redis_server: Backend, prefix: str
 ) -> None:
-    store = RedisStore.from_url(redis_server.url, prefix=prefix)
+    # the steps are sequential: one slower than the default 0.5 s is the machine stalling,
+    # and a store that fails open then would give other verdicts (see three_workers)
+    store = RedisStore.from_url(redis_server.url, prefix=prefix, timeout=10.0)
     events = []
     for _ in range(6):
         events.append({"kind": "tool_call", "name": "se\ud800arch", "args": {"q": "x\udcff"}})
