@@ -20,8 +20,10 @@ from .detectors.base import Context, Detector
 from .events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER, Event
 from .findings import Finding, Severity
 from .fingerprints import (
+    acknowledges_move,
     declared_wait,
     is_reflection,
+    moves_view,
     reflection_tool,
     reports_pending,
     waiting_tool,
@@ -254,6 +256,8 @@ def _record_call(
             seen[old] = left
         else:
             del seen[old]
+    if moves_view(event.name, event.args):
+        rec.moves = True
     if event.id is not None:
         pending = state.pending
         pending[event.id] = step
@@ -309,6 +313,11 @@ def _record_result(state: RunState, event: Event, step: int) -> CallRecord | Non
                     break
     if rec is None:
         return None
+    if rec.moves and event.text_known and not event.error and acknowledges_move(event.text):
+        # "Scrolled down the page": what came into view is not in the trace, so the
+        # result is unknown (two such answers are not the same screen); the agent's
+        # narration after it is its observation (NoEffect)
+        event.forget_text()
     said = rec.said
     values = echo_values(said) if said is not None and rec.rstep is None else None
     if rec.echo or values or event.id is not None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
+from .content import media_only
 from .fingerprints import (
     _LONE,
     _NORM_CACHE_MAX,
@@ -62,6 +63,10 @@ _OUTCOME_CACHE: dict[str, str] = {}
 _TRUE: Final = (True, 1, "true", "True", "TRUE")
 _KNOWABLE: Final = frozenset({"args", "text"})
 _NOTHING_UNKNOWN: Final[frozenset[str]] = frozenset()
+_TEXT_UNKNOWN: Final[frozenset[str]] = frozenset({"text"})
+# How a result that is content blocks (or their JSON) opens: only such a text is read
+# for blocks (a screenshot), the rest is taken as it is without looking further.
+_BLOCKS_OPEN: Final = ("[{", '{"')
 
 
 # Characters folded and masked at each end of a long text; its middle is hashed
@@ -290,6 +295,15 @@ class Event:
                 # tokens alone; a message whose content was not captured): unknown, not
                 # empty (an empty output is "text": "")
                 unknown_fields = ["text"] if unknown_fields is None else _with_text(unknown_fields)
+        elif (
+            kind == TOOL_RESULT
+            and (raw_text[:2] in _BLOCKS_OPEN if isinstance(raw_text, str) else True)
+            and media_only(raw_text)
+        ):
+            # a screenshot (content blocks none of which is text, or their JSON): the
+            # screen is the result, and the trace does not hold it as text
+            text = ""
+            unknown_fields = ["text"] if unknown_fields is None else _with_text(unknown_fields)
         elif not isinstance(raw_text, str):
             text = _sorted_json(raw_text).decode()
         else:
@@ -496,6 +510,16 @@ class Event:
                 _RESULT_CACHE[raw] = key
             self._result_key = key
         return key
+
+    def forget_text(self) -> None:
+        """Read this result as unknown from here on: it holds nothing of what its call
+        did (a scroll answered "Scrolled down the page": the screen is the result, and
+        the trace does not hold it). The text is kept for messages; every key made of
+        it is never equal to another."""
+        self.unknown = self.unknown | _TEXT_UNKNOWN
+        self._result_key = self._outcome_key = self._payload_key = None
+        self._sketch = None
+        self._sketched = True
 
     def forget_echoes(
         self, echoes: list[list[Any]], ident: str | None = None, values: list[str] | None = None

@@ -188,14 +188,42 @@ def moves_view(name: str | None, args: Any) -> bool:
         if not isinstance(args, dict):
             return False
     for k, v in args.items():
-        low = str(k).lower()
+        low = k.lower() if type(k) is str else str(k).lower()
         if "scroll" in low or low.startswith("delta"):
             return True
-        if type(v) is str and len(v) <= _MOVING_VALUE:
-            word = tool_key(v)
-            if any(w in word for w in _MOVING_KEYS):
-                return True
+        if type(v) is str and len(v) <= _MOVING_VALUE and _moving_value(v.lower()):
+            return True
     return False
+
+
+def _moving_value(low: str) -> bool:
+    """Whether a short lower-cased argument value names a moving key, as
+    ``tool_key(value)`` would hold it ("Page_Down" and "page-down" are "pagedown"):
+    str searches first, the character walk of tool_key only when one hits."""
+    if "scroll" in low or "swipe" in low:
+        return True
+    if "page" not in low or ("down" not in low and "up" not in low):
+        return False
+    word = tool_key(low)
+    return "pagedown" in word or "pageup" in word
+
+
+# A moving call's short answer that only says the move was made ("Scrolled down the page
+# by one page", "Pressed PageDown", "Scrolled 3 clicks"), as browser-use, computer-use
+# tools and key presses answer: what moved into view is not in it. One that names a
+# limit or a failure ("Already at the bottom", "Cannot scroll further") says something.
+_ACK_CHARS: Final = 160
+_NOT_ACK: Final = re.compile(
+    r"\b(?:already|bottom|top|end|edge|beginning|limit|reached|further|more|cannot|can'?t"
+    r"|could ?n[o']t|unable|no|not|nothing|fail\w*|error|invalid|unknown|beyond)\b",
+    re.IGNORECASE,
+)
+
+
+def acknowledges_move(text: str) -> bool:
+    """Whether ``text``, the result of a call that moves the view (:func:`moves_view`),
+    only acknowledges the move: short, and naming no limit or failure."""
+    return len(text) <= _ACK_CHARS and _NOT_ACK.search(text) is None
 
 
 # Two showings of one address whose sketches overlap this much are the same page: the

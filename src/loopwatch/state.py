@@ -64,7 +64,7 @@ __all__ = [
 # 9: stagnation keeps the marks of the user's last message's words (``heard``).
 # 10: restated_reply keeps whether the user deferred; long messages' payload keys.
 # 11: stagnation keeps the user's last message's key and whether it was said again,
-# instead of the marks of its words.
+# instead of the marks of its words; CallRecord says whether the call moves the view.
 STATE_VERSION: Final = 11
 # What a serialised state starts with, before its version byte. JSON never starts
 # with it, so a state of format 2 or older is told apart and refused by its version.
@@ -300,8 +300,8 @@ class Tally(Record):
 
 # CallRecord's fields as dump() writes them (its slots also hold what is never written)
 _CALL_FIELDS: Final = (
-    "args", "asks", "echo", "key", "marks", "name", "norm", "novel", "poll", "result",
-    "rstep", "shell", "step", "turn",
+    "args", "asks", "echo", "key", "marks", "moves", "name", "norm", "novel", "poll",
+    "result", "rstep", "shell", "step", "turn",
 )  # fmt: skip
 
 
@@ -310,8 +310,8 @@ class CallRecord(Written):
     """One tool call in the run's shared window of recent calls."""
 
     __slots__ = (
-        "_args", "_asks", "_marks", "_raw", "_redact", "echo", "key", "name", "norm", "novel",
-        "poll", "result", "rstep", "said", "shell", "step", "turn",
+        "_args", "_asks", "_marks", "_raw", "_redact", "echo", "key", "moves", "name", "norm",
+        "novel", "poll", "result", "rstep", "said", "shell", "step", "turn",
     )  # fmt: skip
 
     def __init__(
@@ -362,6 +362,10 @@ class CallRecord(Written):
         # before a wait, or its result says the status is pending): polling, which
         # only detectors.wait.WaitBudget judges
         self.poll = False
+        # the call moves the view over content (fingerprints.moves_view: a scroll, a
+        # page down): a short answer that only acknowledges the move holds nothing of
+        # the screen (fingerprints.acknowledges_move)
+        self.moves = False
 
     @property
     def args(self) -> str:
@@ -418,6 +422,7 @@ class CallRecord(Written):
             self.echo_at_rest(),
             self.key,
             self.marks,
+            self.moves,
             self.name,
             self.norm,
             self.novel,
@@ -431,14 +436,14 @@ class CallRecord(Written):
 
     @classmethod
     def load(cls, data: Any) -> CallRecord:
-        if not isinstance(data, list) or len(data) != 14:
-            raise StateError("CallRecord: expected 14 fields")
-        args, asks, echo, key, marks, name, norm, novel, poll, result, rstep, shell, step, turn = (
-            data
-        )
+        if not isinstance(data, list) or len(data) != 15:
+            raise StateError("CallRecord: expected 15 fields")
+        args, asks, echo, key, marks, moves, name, norm, novel, poll, result, rstep = data[:12]
+        shell, step, turn = data[12:]
         rec = CallRecord(step, key, norm, name, novel, args, turn, shell)
         rec._asks = asks
         rec._marks = marks
+        rec.moves = moves
         rec.echo = echo
         rec.poll = poll
         rec.result = result

@@ -41,10 +41,19 @@ TEXTS = [
 _PAGE = "Here is a screenshot of [Shop](https://shop.example.com/list). " + " ".join(
     f"item{i} price{i * 3}" for i in range(40)
 )
-RESULTS = [
+RESULTS: list[Any] = [
     "18C", "", "error: boom", "Error: no seats", "No results found.", "page 2", "ok",
     _PAGE, _PAGE.replace("item3 ", "itemthree "), _PAGE.replace("item", "entry"),
+    "Already at the bottom of the page",  # a scroll's limit
 ]  # fmt: skip
+# Results the trace holds no text of (their keys are random: equal to nothing, not even
+# in a replay of the same run, so only verdicts are compared where they occur): a
+# scroll's acknowledgement, a screenshot as content blocks and as their JSON.
+UNKNOWN_RESULTS: list[Any] = [
+    "Scrolled down the page by one page",
+    [{"type": "image", "source": {"type": "base64"}}],
+    '[{"type": "input_image"}]',
+]
 USER_TEXTS = [
     "I'll check later, thanks", "My booking is AB123", "Please try again", "",
     "And what about the lexers?",
@@ -52,11 +61,13 @@ USER_TEXTS = [
 
 
 @st.composite
-def events(draw: Any) -> dict[str, Any]:
+def events(draw: Any, unknowns: bool = False) -> dict[str, Any]:
     kind = draw(st.sampled_from(["tool_call", "tool_result", "model", "span", "user", "other"]))
     ev: dict[str, Any] = {"kind": kind}
     if kind == "tool_call":
-        ev["name"] = draw(st.sampled_from(["search", "fetch", "run", "think"]))
+        # a scroll's short answer is an acknowledgement, read as unknown
+        names = ["search", "fetch", "run", "think"] + (["scroll_down"] if unknowns else [])
+        ev["name"] = draw(st.sampled_from(names))
         # the last three: another question, and two rewordings of one (futility)
         queries = ["paris", "Paris ", "lyon", "x", "lyon rain", "paris rain", "paris rain now"]
         ev["args"] = {"q": draw(st.sampled_from(queries))}
@@ -65,8 +76,8 @@ def events(draw: Any) -> dict[str, Any]:
         if draw(st.booleans()):
             ev["id"] = f"c{draw(st.integers(0, 5))}"
     elif kind == "tool_result":
-        ev["name"] = draw(st.sampled_from(["search", "fetch", "run", "think", None]))
-        ev["text"] = draw(st.sampled_from(RESULTS))
+        ev["name"] = draw(st.sampled_from(["search", "fetch", "run", "think", "scroll_down", None]))
+        ev["text"] = draw(st.sampled_from(RESULTS + UNKNOWN_RESULTS if unknowns else RESULTS))
         flag = draw(st.sampled_from([True, False, None]))  # None: not recorded
         if flag is not None:
             ev["error"] = flag
@@ -94,6 +105,7 @@ def events(draw: Any) -> dict[str, Any]:
 
 
 runs = st.lists(events(), max_size=80)
+runs_with_unknowns = st.lists(events(unknowns=True), max_size=80)
 on_loops = st.sampled_from(["stop", "skip", "warn"])
 
 
@@ -103,7 +115,7 @@ _FETCHED = {"kind": "tool_result", "name": "fetch", "text": "18C", "error": Fals
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(run_events=runs, on_loop=on_loops)
+@given(run_events=runs_with_unknowns, on_loop=on_loops)
 # a told skip (found by hypothesis): the warning, not the stop, in both
 @example(run_events=[_SEARCH] * 4 + [_FETCH, _FETCH, _FETCHED, _FETCHED, _FETCH], on_loop="stop")
 def test_scan_equals_guard_replay(run_events: list[dict[str, Any]], on_loop: str) -> None:

@@ -563,6 +563,44 @@ def test_scrolling_a_page_that_shows_new_content_is_reading() -> None:
     assert scan(run(events), Config()).verdict == "ok"
 
 
+@pytest.mark.parametrize(
+    ("name", "args", "answer"),
+    [
+        ("scroll_down", {"amount": None}, "\U0001f50d  Scrolled down the page by one page"),
+        ("computer", {"action": "scroll", "scroll_direction": "down"}, "Scrolled down 3 clicks"),
+        ("browser_press_key", {"key": "PageDown"}, "Pressed PageDown"),
+        ("scroll", {"delta_y": 600}, ""),
+    ],
+)
+def test_a_scroll_answered_only_by_its_acknowledgement_is_no_evidence(
+    name: str, args: dict[str, Any], answer: str
+) -> None:
+    """browser-use, computer-use tools and key presses answer a scroll with what they did
+    ("Scrolled down the page by one page"), not with what came into view: six such
+    answers are not six times the same screen, whatever the narration says about it
+    (the screen is the result, and the trace does not hold it)."""
+    events: Events = [{"kind": "user", "text": "Find the cheapest laptop with 16GB RAM"}]
+    for i in range(6):
+        events.append(model(f"Products {i * 8 + 1}-{i * 8 + 8} checked. Scrolling on."))
+        events += tool(name, args, answer)
+    report = scan(run(events), Config())
+    assert report.verdict == "ok", report.to_dict()
+    # a click answered the same way each time is still the same result
+    clicks: Events = [{"kind": "user", "text": "Submit the form"}]
+    for _ in range(4):
+        clicks += tool("click", {"selector": "button#submit"}, "Clicked element button#submit")
+    assert scan(run(clicks), Config()).first_stop is not None
+
+
+def test_a_scroll_answered_with_a_limit_still_counts() -> None:
+    """ "Already at the bottom of the page" says something: the same answer to the same
+    scroll is the same result (the bottom of a page, where nothing moves)."""
+    events: Events = [{"kind": "user", "text": "Find the footer"}]
+    for _ in range(4):
+        events += tool("scroll_down", {}, "Already at the bottom of the page")
+    assert scan(run(events), Config()).first_stop is not None
+
+
 def test_only_a_page_is_sketched_from_its_first_result() -> None:
     from loopwatch.detectors.repeat import RepeatState
 

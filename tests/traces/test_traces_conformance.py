@@ -21,6 +21,7 @@ import traces_convert as tc
 from conftest import load_scenarios
 
 from loopwatch import Config, scan
+from loopwatch.events import Event
 from loopwatch.traces import InputError, TraceRun, read_runs
 
 RUNS = load_scenarios()
@@ -191,3 +192,71 @@ def test_the_conversions_cover_every_kind_of_native_event() -> None:
     assert kinds == {"model", "tool_call", "tool_result", "span"}
     assert any(e.get("error") for r in RUNS for e in r["events"])
     assert any(e.get("parent") for r in RUNS for e in r["events"])
+
+
+# -- a screenshot agent: the screen is the result ----------------------------------------
+def _screenshot_run(blocks: Any) -> dict[str, Any]:
+    """A computer-use agent scrolling an article: each action answered with a screenshot
+    (content blocks, kept by the exporters as their JSON), the narration naming what is
+    new on the screen."""
+    events: list[dict[str, Any]] = [
+        {"kind": "model", "text": "I will read the article about the harbour."}
+    ]
+    for i in range(6):
+        call_id = f"s{i}"
+        events += [
+            {"kind": "model", "text": f"I can see section {i + 1}. Let me scroll further."},
+            {"kind": "tool_call", "name": "computer", "id": call_id,
+             "args": {"action": "scroll", "scroll_direction": "down", "scroll_amount": 5}},
+            {"kind": "tool_result", "name": "computer", "id": call_id, "text": blocks},
+        ]  # fmt: skip
+    return {"run_id": "screenshots", "events": events, "meta": {"workflow_name": "screenshots"}}
+
+
+# the pixels left out by the exporter, as most do: every screenshot reads the same
+_SCREENSHOTS = {
+    "anthropic-image": [{"type": "image", "source": {"type": "base64", "media_type": "image/png"}}],
+    "openai-computer-screenshot": {"type": "computer_screenshot", "image_url": "<omitted>"},
+    "langchain-image-url": [{"type": "image_url", "image_url": {"url": "<omitted>"}}],
+}
+_SCREENSHOT_WRITERS: dict[str, Callable[[dict[str, Any], Path], Path]] = {
+    "native": lambda run, tmp: _lines(tmp / "native.jsonl", [run]),
+    "otlp-genai": lambda run, tmp: _lines(tmp / "g.jsonl", tc.otlp_documents([run], "genai")),
+    "otlp-openinference": lambda run, tmp: _lines(
+        tmp / "oi.jsonl", [tc.otlp_hex(d) for d in tc.otlp_documents([run], "openinference")]
+    ),
+    "langsmith": lambda run, tmp: _lines(
+        tmp / "ls.jsonl", [tc.langsmith_dict(r) for r in tc.langsmith_runs(run)]
+    ),
+    "langfuse": lambda run, tmp: _lines(tmp / "lf.jsonl", tc.langfuse_observations(run)),
+    "openai-agents": lambda run, tmp: _lines(tmp / "oa.jsonl", tc.openai_agents_records([run])),
+}
+
+
+@pytest.mark.parametrize("shape", list(_SCREENSHOTS))
+@pytest.mark.parametrize("writer", list(_SCREENSHOT_WRITERS))
+def test_a_screenshot_result_is_unknown_in_every_format(
+    shape: str, writer: str, tmp_path: Path
+) -> None:
+    """Six identical scrolls, each answered with a screenshot whose pixels the trace does
+    not hold: not "the same arguments and the same result" six times (the screen is the
+    result, and it is unknown), in the native format and in every export."""
+    blocks = _SCREENSHOTS[shape]
+    text = blocks if writer == "native" else json.dumps(blocks)
+    path = _SCREENSHOT_WRITERS[writer](_screenshot_run(text), tmp_path)
+    runs = [r for r in read_runs(str(path)) if isinstance(r, TraceRun)]
+    assert len(runs) == 1
+    events = runs[0].to_dict()["events"]
+    results = [e for e in events if e["kind"] == "tool_result"]
+    assert len(results) == 6
+    # read as the guard and the scan read them: a result whose text is unknown
+    assert not any(Event.from_dict(r).text_known for r in results), results
+    report = scan(runs[0].to_dict(), Config())
+    assert report.first_stop is None, report.to_dict()
+    assert not any("same result" in f.message for f in report.findings)
+    # the same run answered in text, the same each time, is six identical calls and results
+    (tmp_path / "text").mkdir()
+    limit = _screenshot_run("Already at the bottom of the page.")
+    again = _SCREENSHOT_WRITERS[writer](limit, tmp_path / "text")
+    rerun = next(r for r in read_runs(str(again)) if isinstance(r, TraceRun))
+    assert scan(rerun.to_dict(), Config()).first_stop is not None

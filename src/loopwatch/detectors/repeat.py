@@ -115,6 +115,12 @@ class RepeatedCall(Detector):
     made from the first result on only for pages (800+ characters with an address
     near the start), and otherwise once the call repeats.
 
+    A scroll answered only by its acknowledgement ("Scrolled down the page by one
+    page", "Pressed PageDown": short, naming no limit or failure) has no known result
+    (the engine reads it so, see ``fingerprints.acknowledges_move``): what came into
+    view is not in the trace, so identical scrolls so answered are not "the same
+    result"; "Already at the bottom of the page" is.
+
     Deliberately ignores: the same call far apart with new work in between,
     pagination (the page number changes the key; so does a calendar day: an agent
     scanning days for a free flight asks a new question each time), and a single retry.

@@ -13,10 +13,11 @@ from typing import Any, Final
 
 import orjson
 
+from ..content import media_only
+
 __all__ = [
     "copilot_result",
     "gemini_result",
-    "media_only",
     "result_text",
     "tool_call",
     "tool_result",
@@ -128,22 +129,6 @@ def tool_call(name: Any, args: Any, call_id: Any) -> dict[str, Any]:
     if call_id is not None:
         event["id"] = str(call_id)
     return event
-
-
-# Content blocks that carry no text: a screenshot, a recording, a file.
-_MEDIA: Final = frozenset(
-    {"image", "input_image", "image_url", "audio", "input_audio", "file", "document"}
-)
-
-
-def media_only(response: Any) -> bool:
-    """Whether a result is content blocks none of which is text (a computer-use
-    agent's screenshot): the screen is the result, and the trace holds no text of it."""
-    return (
-        isinstance(response, list)
-        and bool(response)
-        and all(isinstance(p, Mapping) and p.get("type") in _MEDIA for p in response)
-    )
 
 
 def tool_result(name: Any, call_id: Any, response: Any, error: bool | None) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ..content import media_only
 from ._common import (
     GroupingReader,
     Item,
@@ -211,6 +212,8 @@ def _emit(
         if output is None:
             _count(missing, "tool_results")
             result["unknown"] = ["text"]
+        elif media_only(output):
+            result["unknown"] = ["text"]  # a screenshot: the screen is the result
         else:
             result["text"] = as_text(output)
         if failed:

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ..content import media_only
 from ._common import (
     GroupingReader,
     Item,
@@ -190,7 +191,12 @@ def _emit(
             output = _single(run.get("outputs"), "output")
             if isinstance(output, dict) and "content" in output:
                 output = output["content"]  # a ToolMessage
-            result["text"] = as_text(maybe_json(output)) if not isinstance(output, str) else output
+            if media_only(output):
+                result["unknown"] = ["text"]  # a screenshot: the screen is the result
+            else:
+                result["text"] = (
+                    as_text(maybe_json(output)) if not isinstance(output, str) else output
+                )
         if error:
             result["error"] = True
         return [call], [result], None

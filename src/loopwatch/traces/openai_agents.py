@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ..content import media_only
 from ._common import (
     GroupingReader,
     Item,
@@ -194,6 +195,8 @@ class _Context:
             if output is None:
                 self._count("tool_results")
                 result["unknown"] = ["text"]
+            elif media_only(output):
+                result["unknown"] = ["text"]  # a screenshot: the screen is the result
             else:
                 result["text"] = output if isinstance(output, str) else as_text(output)
             if error:

@@ -67,6 +67,7 @@ from typing import Any, TypeVar
 
 import xxhash
 
+from ..content import media_only
 from ..fingerprints import canonical_args
 from ._common import (
     _NOTES_MAX,
@@ -864,6 +865,8 @@ def _tool_result(
     if result is None:
         _count(missing, "tool_results")
         _unknown(res, "text")
+    elif media_only(result):
+        _unknown(res, "text")  # a screenshot: the screen is the result
     elif (whole := tool_output(result)) is not None:
         res["text"], failed = whole[0], failed or whole[1]
     else:
