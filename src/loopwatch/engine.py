@@ -21,9 +21,9 @@ from .events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER, Event
 from .findings import Finding, Severity
 from .fingerprints import (
     acknowledges_move,
+    call_moves_view,
     declared_wait,
     is_reflection,
-    moves_view,
     reflection_tool,
     reports_pending,
     waiting_tool,
@@ -256,7 +256,7 @@ def _record_call(
             seen[old] = left
         else:
             del seen[old]
-    if moves_view(event.name, event.args):
+    if call_moves_view(event.name, event.args, event.args_json):
         rec.moves = True
     if event.id is not None:
         pending = state.pending

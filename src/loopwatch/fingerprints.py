@@ -208,6 +208,30 @@ def _moving_value(low: str) -> bool:
     return "pagedown" in word or "pageup" in word
 
 
+# Arguments a moving word may be in, as canonical JSON: most calls hold none and are
+# decided by four substring searches of their lower-cased bytes (a case-insensitive
+# regular expression cost 20k instructions a call); the rest are read by moves_view.
+# Longer arguments (a file written, a script) are no move.
+_MOVING_ARGS_BYTES: Final = 400
+
+
+def call_moves_view(name: str | None, args: Any, args_json: bytes) -> bool:
+    """:func:`moves_view` of a call as it is recorded (``args_json``: its canonical
+    arguments): the tool name decides (cached), else one search of short arguments
+    for a moving word, and only then the arguments one by one (which costs 0.2-1 us a
+    call, and every call is recorded)."""
+    if name and _by_name(_MOVING_NAMES, name, _moving_name):
+        return True
+    if len(args_json) > _MOVING_ARGS_BYTES:
+        return False
+    # find, not "in": bytes.__contains__ tries its argument as an int first, and
+    # raises and clears a TypeError each time (2k instructions)
+    low = args_json.lower()
+    if low.find(b"croll") >= 0 or low.find(b"page") >= 0 or low.find(b"swipe") >= 0:
+        return moves_view(None, args)
+    return low.find(b"delta") >= 0 and moves_view(None, args)
+
+
 # A moving call's short answer that only says the move was made ("Scrolled down the page
 # by one page", "Pressed PageDown", "Scrolled 3 clicks"), as browser-use, computer-use
 # tools and key presses answer: what moved into view is not in it. One that names a
