@@ -74,7 +74,10 @@ TRIGGERS: Final = (
 # stays (e.g. "Bearer " or "sk-proj-"). A rule runs only on a text that holds one of
 # its triggers (lower-cased, as in TRIGGERS). re.ASCII: IGNORECASE folds only ASCII
 # letters, as the triggers do.
-_ASCII_LOWER: Final = {c: c + 32 for c in range(65, 91)}
+# ASCII letters lower-cased in UTF-8 bytes: one C pass (str.translate with a mapping
+# raises and clears a KeyError for every character it does not map), and one
+# character for one, so that spans found in the result are spans of the text.
+_ASCII_LOWER: Final = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
 _A: Final = re.ASCII
 _AI: Final = re.ASCII | re.IGNORECASE
 # a value's characters when unquoted: up to a space, quote, separator or bracket
@@ -228,7 +231,13 @@ def _names(text: str, low: str) -> list[tuple[int, int]]:
 
 
 def _ascii_lower(text: str) -> str:
-    return text.lower() if text.isascii() else text.translate(_ASCII_LOWER)
+    if text.isascii():
+        return text.lower()
+    return (
+        text.encode("utf-8", "surrogatepass")
+        .translate(_ASCII_LOWER)
+        .decode("utf-8", "surrogatepass")
+    )
 
 
 def _apply_rules(text: str) -> str:

@@ -64,7 +64,11 @@ WORD: Final = re.compile(r"[^\W_]+")
 # ASCII punctuation to spaces: with str.split this finds words several times faster
 # than WORD, for the detectors that read up to a few thousand characters per event.
 _ASCII_PUNCTUATION: Final = b"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
-_PUNCTUATION: Final = str.maketrans({chr(c): " " for c in _ASCII_PUNCTUATION})
+# Other text is lower-cased as str, then spaced as its UTF-8 bytes: ASCII punctuation
+# never occurs inside a multi-byte character, and a bytes translate is one C pass where
+# str.translate with a mapping raises and clears a KeyError for every character it does
+# not map (155 us on 2,000 characters holding one typographic apostrophe, 16 us so).
+_SPACED_BYTES: Final = bytes.maketrans(_ASCII_PUNCTUATION, b" " * len(_ASCII_PUNCTUATION))
 # The same for bytes, lower-casing too: ASCII text (most model output) is lower-cased
 # and spaced in one C pass, several times faster than str.translate's per-character
 # lookups (and a pass less than str.lower first).
@@ -78,7 +82,12 @@ def _spaced(text: str) -> str:
     """Lower-cased, with ASCII punctuation turned into spaces."""
     if _isascii(text):  # O(1): CPython records it with the string
         return text.encode("ascii").translate(_LOWER_SPACED_BYTES).decode("ascii")
-    return text.lower().translate(_PUNCTUATION)
+    return (
+        text.lower()
+        .encode("utf-8", "surrogatepass")
+        .translate(_SPACED_BYTES)
+        .decode("utf-8", "surrogatepass")
+    )
 
 
 # Typographic apostrophes (right and left single quotes, the modifier letter) as the

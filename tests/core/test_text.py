@@ -1,0 +1,36 @@
+"""The text helpers' fast paths read text as their plain definitions do."""
+
+from __future__ import annotations
+
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from loopwatch.redact import _ascii_lower
+from loopwatch.text import phrase_lower, split_words
+
+_PUNCTUATION = str.maketrans({c: " " for c in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"})
+# any text, lone surrogates included (traces carry them: see the Redis store's tests)
+texts = st.text(st.characters(codec=None, exclude_categories=()), max_size=300)
+
+
+@given(texts)
+@example("Hello, I don\u2019t have it. Can you CHECK? \ud800 Caf\u00c9!")
+def test_words_are_split_as_lower_case_without_ascii_punctuation(text: str) -> None:
+    assert split_words(text) == text.lower().translate(_PUNCTUATION).split()
+
+
+@given(texts)
+@example("Bearer ABC\u00c9def \udcff TOKEN=Xy")
+def test_redaction_lower_cases_ascii_letters_only_one_for_one(text: str) -> None:
+    expected = text.translate({c: c + 32 for c in range(65, 91)})
+    assert _ascii_lower(text) == expected
+    assert len(_ascii_lower(text)) == len(text)
+
+
+@given(texts)
+@example("I don\u2019t have it, I\u2018ll look; it\u02bcs gone")
+def test_typographic_apostrophes_read_as_plain_ones(text: str) -> None:
+    expected = text.lower()
+    for typographic in ("\u2019", "\u2018", "\u02bc"):
+        expected = expected.replace(typographic, "'")
+    assert phrase_lower(text) == expected
