@@ -242,7 +242,7 @@ class RestatedReply(Detector):
     no other run changes.
 
     A deferral is read as the user wrote it: "I don’t have it" (a typographic
-    apostrophe, as phones and many simulated users write; 476 of the 677 tau2-bench
+    apostrophe, as phones and many simulated users write; 475 of the 677 tau2-bench
     conversations have such user turns) is "I don't have it". It holds until the next
     progress: a lookup that finds something new (the agent found the booking by the
     user id) ends it, with or without replies to restate. Measured: on tau2-bench no
