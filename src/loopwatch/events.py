@@ -64,9 +64,10 @@ _TRUE: Final = (True, 1, "true", "True", "TRUE")
 _KNOWABLE: Final = frozenset({"args", "text"})
 _NOTHING_UNKNOWN: Final[frozenset[str]] = frozenset()
 _TEXT_UNKNOWN: Final[frozenset[str]] = frozenset({"text"})
-# How a result that is content blocks (or their JSON) opens: only such a text is read
-# for blocks (a screenshot), the rest is taken as it is without looking further.
-_BLOCKS_OPEN: Final = ("[{", '{"')
+# How the JSON of content blocks opens (as the SDKs write it, the type first): only such
+# a text is read for blocks (a screenshot); any other result, JSON ones included, is
+# taken as it is after one startswith.
+_BLOCKS_OPEN: Final = ('[{"type"', '{"type"')
 
 
 # Characters folded and masked at each end of a long text; its middle is hashed
@@ -297,7 +298,7 @@ class Event:
                 unknown_fields = ["text"] if unknown_fields is None else _with_text(unknown_fields)
         elif (
             kind == TOOL_RESULT
-            and (raw_text[:2] in _BLOCKS_OPEN if isinstance(raw_text, str) else True)
+            and (raw_text.startswith(_BLOCKS_OPEN) if isinstance(raw_text, str) else True)
             and media_only(raw_text)
         ):
             # a screenshot (content blocks none of which is text, or their JSON): the

@@ -90,16 +90,13 @@ def _spaced(text: str) -> str:
     )
 
 
-# Typographic apostrophes (right and left single quotes, the modifier letter) as the
-# plain one: phones, word processors and many models write "don’t", and the phrase
-# patterns the detectors read ("don't have", "didn't") are written with "'". Replaced
-# one by one: str.translate with a mapping costs a failed lookup per other character.
-
-
 def phrase_lower(text: str) -> str:
-    """``text`` lower-cased for phrase patterns, its typographic apostrophes plain
-    (one character for one: offsets into the result are offsets into ``text``
-    wherever lower-casing keeps them)."""
+    """``text`` lower-cased for phrase patterns, its typographic apostrophes (right and
+    left single quotes, the modifier letter) plain: phones, word processors and many
+    models write "don’t", and the patterns ("don't have", "didn't") are written with
+    "'". One character for one: offsets into the result are offsets into ``text``
+    wherever lower-casing keeps them. Replaced one by one, as str.translate with a
+    mapping raises and clears a KeyError per character it does not map."""
     if _isascii(text):
         return text.lower()
     return text.lower().replace("\u2019", "'").replace("\u2018", "'").replace("\u02bc", "'")

@@ -184,7 +184,7 @@ def _names_new(observation: str, words: list[str], known: dict[int, None]) -> bo
 _POINT_KEYS: Final = (("x", "y"), ("start_x", "start_y"), ("coordinate_x", "coordinate_y"))
 
 
-def _target(event: Event) -> tuple[float, float, str] | None:
+def _target(event: Event, moves: bool) -> tuple[float, float, str] | None:
     """What an action acts on: a point (x, y, "") for a pointer action, else (0, 0, its
     normalised call key: the same text, address or key press); None for a scroll,
     which moves over content rather than acting on a target."""
@@ -201,7 +201,7 @@ def _target(event: Event) -> tuple[float, float, str] | None:
             x, y = point
             if isinstance(x, (int, float)) and isinstance(y, (int, float)):
                 return float(x), float(y), ""
-    if moves_view(event.name, args):
+    if moves:  # CallRecord.moves, read when the call was recorded
         return None
     return 0.0, 0.0, event.norm_key
 
@@ -387,7 +387,8 @@ class NoEffect(Detector):
             # text-tool agent's: only whether its last call is answered is kept
             st.unanswered = ctx.step
             return None
-        target = _target(ev)
+        rec = ctx.call
+        target = _target(ev, rec.moves if rec is not None else moves_view(ev.name, ev.args))
         if target is None:
             return None
         x, y, key = target

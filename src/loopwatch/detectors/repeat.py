@@ -7,7 +7,6 @@ from typing import Any, final
 from ..events import TOOL_CALL, TOOL_RESULT
 from ..findings import Finding, Severity
 from ..fingerprints import (
-    moves_view,
     reports_failure,
     sketch_similarity,
 )
@@ -40,7 +39,7 @@ class Streak(Written):
     field: one is made for every new call, see state.Written)."""
 
     __slots__ = (
-        "count", "epoch", "exact", "key", "moves", "result", "results", "sketch", "steps",
+        "count", "epoch", "exact", "key", "result", "results", "sketch", "steps",
     )  # fmt: skip
 
     def __init__(self, epoch: int, result: str | None, step: int, key: str) -> None:
@@ -52,25 +51,22 @@ class Streak(Written):
         self.exact = True  # every call in the streak had exactly the same arguments
         self.key = key  # the exact call key of the streak's first call
         self.sketch: list[int] | None = None  # sketch of the last result, once it repeats
-        # the call moves the view (a scroll, fingerprints.moves_view): its screens are
-        # the same only when they are identical, never by a near-duplicate sketch
-        self.moves = False
 
     # Field by field, in slot order (as Record.dump): up to 32 per run, see CallRecord.
     def dump(self) -> Any:
         return [
-            self.count, self.epoch, self.exact, self.key, self.moves, self.result,
-            self.results, self.sketch, self.steps,
+            self.count, self.epoch, self.exact, self.key, self.result, self.results,
+            self.sketch, self.steps,
         ]  # fmt: skip
 
     @classmethod
     def load(cls, data: Any) -> Streak:
-        if not isinstance(data, list) or len(data) != 9:
-            raise StateError("Streak: expected 9 fields")
-        count, epoch, exact, key, moves, result, results, sketch, steps = data
+        if not isinstance(data, list) or len(data) != 8:
+            raise StateError("Streak: expected 8 fields")
+        count, epoch, exact, key, result, results, sketch, steps = data
         streak = Streak(epoch, result, 0, key)
         streak.count, streak.exact, streak.results = count, exact, results
-        streak.sketch, streak.steps, streak.moves = sketch, steps, moves
+        streak.sketch, streak.steps = sketch, steps
         return streak
 
 
@@ -228,10 +224,6 @@ class RepeatedCall(Detector):
             trim(entry.steps, _STEPS_MAX)
             if entry.key != rec.key:
                 entry.exact = False
-            if entry.count == 2:
-                # a scroll: a screen that partly moved is another screen, not the same
-                # one (asked at the first repeat: most calls never repeat)
-                entry.moves = moves_view(rec.name, ctx.event.args)
         streaks[norm] = entry  # re-insert: most recently used last
         if len(streaks) > _KEYS_MAX:
             del streaks[next(iter(streaks))]
@@ -294,7 +286,9 @@ class RepeatedCall(Detector):
         if result == previous:
             return
         if (
-            entry.moves  # another screen of a scrolled page: the page moved
+            # a scroll (CallRecord.moves): a screen that partly moved is another screen
+            # of the page, never the same one by a near-duplicate sketch
+            (ctx.call is not None and ctx.call.moves)
             or previous_sketch is None
             or sketch is None
             or sketch_similarity(previous_sketch, sketch) < _NEAR

@@ -23,7 +23,7 @@ _ECHO_OVERLAP: Final = 0.6
 _ECHO_CHARS: Final = 400
 # Digits dropped from a user's message before it is compared with the one before.
 _DIGITS: Final = b"0123456789"
-_DIGIT: Final = re.compile(r"\d")
+_DIGIT: Final = re.compile(r"[0-9]")  # the same digits as _DIGITS, in any text
 
 
 def _shared_head(a: str, b: str) -> int:
@@ -114,7 +114,7 @@ class Stagnation(Detector):
     ``restated_reply`` judges replies to a user, and tells the agent). Only the very
     same output (case and spacing folded) goes on counting across such a message, or
     an output near the last one when the user's message says again what the one
-    before it said (every number masked: a harness rejecting the same mistake, "found
+    before it said (its digits dropped: a harness rejecting the same mistake, "found
     2 actions", "found 3 actions"). Measured: no run of the 8 sources changes (their
     restated replies are judged by restated_reply first); on 677 public tau2-bench
     conversations one warning comes 3 events later. It removes the warning at the 2nd
