@@ -20,7 +20,7 @@ import pytest
 import traces_convert as tc
 from conftest import load_scenarios
 
-from loopwatch import Config, scan
+from loopwatch import Config, Guard, scan
 from loopwatch.events import Event
 from loopwatch.traces import InputError, TraceRun, read_runs
 
@@ -254,6 +254,11 @@ def test_a_screenshot_result_is_unknown_in_every_format(
     report = scan(runs[0].to_dict(), Config())
     assert report.first_stop is None, report.to_dict()
     assert not any("same result" in f.message for f in report.findings)
+    # the guard replaying the read run agrees with the scan, step for step
+    guard = Guard(Config())
+    actions = [guard.observe("replay", e).action for e in events]
+    first_warn = next((i for i, a in enumerate(actions) if a != "ok"), None)
+    assert ("stop" in actions, first_warn) == (False, report.first_warn)
     # the same run answered in text, the same each time, is six identical calls and results
     (tmp_path / "text").mkdir()
     limit = _screenshot_run("Already at the bottom of the page.")
