@@ -20,6 +20,7 @@ from .detectors.base import Context, Detector
 from .events import KINDS, MODEL, TOOL_CALL, TOOL_RESULT, USER, Event
 from .findings import Finding, Severity
 from .fingerprints import (
+    acknowledges_action,
     acknowledges_move,
     call_moves_view,
     declared_wait,
@@ -313,10 +314,14 @@ def _record_result(state: RunState, event: Event, step: int) -> CallRecord | Non
                     break
     if rec is None:
         return None
-    if rec.moves and event.text_known and not event.error and acknowledges_move(event.text):
-        # "Scrolled down the page": what came into view is not in the trace, so the
-        # result is unknown (two such answers are not the same screen); the agent's
-        # narration after it is its observation (NoEffect)
+    if (
+        event.text_known
+        and not event.error
+        and (acknowledges_move(event.text) if rec.moves else acknowledges_action(event.text))
+    ):
+        # "Scrolled down the page", "Clicked element #load-more": what came into view is
+        # not in the trace, so the result is unknown (two such answers are not the same
+        # screen); the agent's narration after it is its observation (NoEffect)
         event.forget_text()
     said = rec.said
     values = echo_values(said) if said is not None and rec.rstep is None else None

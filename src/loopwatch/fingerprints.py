@@ -250,6 +250,43 @@ def acknowledges_move(text: str) -> bool:
     return len(text) <= _ACK_CHARS and _NOT_ACK.search(text) is None
 
 
+# A user-interface action's short answer that only says it was done, opening with the
+# action in the past tense ("Clicked element button.load-more", "🖱️ Clicked button with
+# index 5: Load more", "Typed 'shoes' into the search box", "Pressed Enter"), as
+# browser-use, Stagehand-like and home-made browser tools answer: the page after the
+# click is not in it, so two such answers are not the same page. An answer that reports
+# a failure ("Clicked, but nothing happened", "Element not found") says something.
+_ACTION_DONE: Final = frozenset(
+    [
+        "clicked", "double-clicked", "right-clicked", "tapped", "typed", "pressed",
+        "hovered", "filled", "selected", "entered", "scrolled",
+    ]
+)  # fmt: skip
+_ACTION_FAILED: Final = re.compile(
+    r"\b(?:cannot|can'?t|could ?n[o']t|unable|no|not|nothing|fail\w*|error|invalid|unknown"
+    r"|timed? ?out|disabled|but)\b",
+    re.IGNORECASE,
+)
+
+
+def acknowledges_action(text: str) -> bool:
+    """Whether ``text``, a tool result, only acknowledges an action on a user interface:
+    short (160 characters), opening with the action done in the past tense
+    (``_ACTION_DONE``, after any emoji or markup), and reporting no failure."""
+    if len(text) > _ACK_CHARS:
+        return False
+    start = 0
+    n = len(text)
+    while start < n and not text[start].isalpha():
+        start += 1  # emoji, markup, spaces: browser-use opens its answers with an emoji
+    end = start
+    while end < n and (text[end].isalpha() or text[end] == "-"):
+        end += 1
+    if text[start:end].lower() not in _ACTION_DONE:
+        return False
+    return _ACTION_FAILED.search(text) is None
+
+
 # Two showings of one address whose sketches overlap this much are the same page: the
 # bar RepeatedCall measured for re-clicks of an unchanged page, OCR'd differently
 # (0.79-0.86 in the corpus; scrolled screens of one page stay below it).

@@ -585,11 +585,94 @@ def test_a_scroll_answered_only_by_its_acknowledgement_is_no_evidence(
         events += tool(name, args, answer)
     report = scan(run(events), Config())
     assert report.verdict == "ok", report.to_dict()
-    # a click answered the same way each time is still the same result
-    clicks: Events = [{"kind": "user", "text": "Submit the form"}]
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "answer"),
+    [
+        ("click", {"selector": "button.load-more"}, "Clicked element button.load-more"),
+        (
+            "click_element_by_index",
+            {"index": 5},
+            "\U0001f5b1\ufe0f  Clicked button with index 5: Load more",
+        ),
+        ("browser_press_key", {"key": "End"}, "Pressed End"),
+    ],
+)
+def test_a_click_answered_only_by_its_acknowledgement_is_no_evidence(
+    name: str, args: dict[str, Any], answer: str
+) -> None:
+    """A "Load more" clicked six times, each answered "Clicked element ...": the page
+    after each click is not in the trace, so the answers are not six times the same
+    page. The narration names the new reviews: reading, not looping."""
+    events: Events = [{"kind": "user", "text": "List all the reviews"}]
+    for i in range(6):
+        events += tool(name, args, answer)
+        events.append(model(f"Now {i * 10 + 10} reviews are shown, the last by user{i}."))
+    assert scan(run(events), Config()).verdict == "ok"
+    # nor without any narration: an acknowledgement says nothing of the page
+    events = [{"kind": "user", "text": "List all the reviews"}]
+    for _ in range(6):
+        events += tool(name, args, answer)
+    assert scan(run(events), Config()).verdict == "ok"
+
+
+def test_a_click_acknowledged_while_the_narration_says_nothing_changed_is_stopped() -> None:
+    """The same acknowledged click, and after each the agent's own words that the form
+    is still not sent: no_effect reads the narration, warns, then stops."""
+    events: Events = [{"kind": "user", "text": "Submit the form"}]
+    for _ in range(6):
+        events.append(model("The form is still not submitted. Let me click Submit again."))
+        events += tool("click", {"selector": "button#submit"}, "Clicked element button#submit")
+    report = scan(run(events), Config())
+    assert report.first_warn is not None and report.first_stop is not None
+    assert report.first_warn < report.first_stop
+    assert {f.detector for f in report.findings} == {"no_effect"}
+    # an acknowledgement that reports a failure is a result: the same one is repeated
+    events = [{"kind": "user", "text": "Submit the form"}]
     for _ in range(4):
-        clicks += tool("click", {"selector": "button#submit"}, "Clicked element button#submit")
-    assert scan(run(clicks), Config()).first_stop is not None
+        events += tool("click", {"selector": "#submit"}, "Clicked, but nothing happened")
+    assert scan(run(events), Config()).first_stop is not None
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        None,  # a screenshot agent: no result in the trace
+        "Scrolled down 600 pixels",
+        '[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}}]',
+    ],
+)
+def test_scrolling_on_while_the_narration_says_the_view_did_not_move_is_stopped(
+    answer: str | None,
+) -> None:
+    """At the bottom of a page nothing moves: the agent says so after each scroll ("the
+    page looks the same", "still at the bottom") and scrolls again. A scroll whose
+    narration names what came into view is reading (the other runs below)."""
+
+    def scrolls(narration: str) -> Events:
+        events: Events = [{"kind": "user", "text": "Find the refund policy"}]
+        for _ in range(6):
+            if answer is None:
+                events.append({"kind": "tool_call", "name": "scroll", "args": {"delta_y": 600}})
+            else:
+                events += tool("scroll", {"delta_y": 600}, answer)
+            events.append(model(narration))
+        return events
+
+    stuck = scan(
+        run(scrolls("The page looks the same; I'm still at the bottom. Let me scroll again.")),
+        Config(),
+    )
+    assert stuck.first_warn is not None and stuck.first_stop is not None
+    assert stuck.first_warn < stuck.first_stop
+    assert stuck.findings[0].detector == "no_effect"
+    for reading in (
+        "I can see the warranty section. Let me keep scrolling to find the refund policy.",
+        "I don't see the refund policy yet. Let me continue scrolling down.",
+        "Scrolling down again to see more.",
+    ):
+        assert scan(run(scrolls(reading)), Config()).verdict == "ok", reading
 
 
 def test_a_scroll_answered_with_a_limit_still_counts() -> None:

@@ -144,11 +144,23 @@ def test_a_name_reported_missing_again_and_again() -> None:
 
 
 def test_actions_whose_results_the_trace_holds_are_left_to_the_result_detectors() -> None:
+    page = "Page: cookie settings. A banner reads 'We use cookies' with Accept All, Reject."
     events: Events = [TASK]
     for note in STUCK:
-        events += [click(973, 761), {"kind": "tool_result", "name": "click", "text": "clicked"},
+        events += [click(973, 761), {"kind": "tool_result", "name": "click", "text": page},
                    said(note)]  # fmt: skip
     assert not any(f.detector == "no_effect" for f in scan(run(events), Config()).findings)
+
+
+def test_a_result_that_only_acknowledges_the_action_is_no_result() -> None:
+    """ "Clicked" says the click was made, not what the screen shows after it: the
+    narration is the observation, as for a screenshot agent."""
+    events: Events = [TASK]
+    for note in STUCK:
+        events += [click(973, 761), {"kind": "tool_result", "name": "click", "text": "Clicked"},
+                   said(note)]  # fmt: skip
+    report = scan(run(events), Config())
+    assert [f.detector for f in report.findings][:2] == ["no_effect", "no_effect"]
 
 
 def test_an_image_only_result_is_no_result() -> None:

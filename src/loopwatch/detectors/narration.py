@@ -35,6 +35,16 @@ _FAILED: Final = re.compile(
     r"|unchanged|the same|persist\w*|keeps|keep (?:getting|showing|failing|\w+ing)|instead"
     r"|failed|accidentally|reverted|collapsed|taken back|redirected)\b"
 )
+# For a move (a scroll, page down), the observation says the view itself did not move:
+# "keep scrolling", "don't see it yet" and "not known" are how reading a long page goes.
+_VIEW_STILL: Final = re.compile(
+    r"\b(?:(?:didn'?t|did not|doesn'?t|does not|hasn'?t|has not|won'?t|wouldn'?t|couldn'?t"
+    r"|could not|can'?t|cannot) (?:seem to )?(?:scroll|move|change|budge)|no (?:change|effect)"
+    r"|nothing (?:happened|changed|moved)|unchanged|(?:shows?|showing|see|seeing|still on"
+    r"|displays?|displaying|is|are|remains?|stays?|stayed|looks?) (?:exactly )?the same"
+    r"|(?:still|already) at the (?:very )?(?:bottom|end|top)"
+    r"|no (?:more|further) (?:content|results|items|scrolling))\b"
+)
 # The plan announces another try, or aims again at the same thing: the last one missed.
 _RETRY: Final = re.compile(
     r"\b(?:again|retry|re-?try|one more time|once more|try|trying|different (?:approach|way"
@@ -106,13 +116,14 @@ def _names(text: str) -> set[str]:
 class Reading:
     """What one narration says about the action before it."""
 
-    __slots__ = ("failed", "novel", "observation", "progress", "recurs", "words")
+    __slots__ = ("failed", "novel", "observation", "progress", "recurs", "still", "words")
 
     def __init__(
         self,
         observation: str,
         novel: bool,
         progress: bool,
+        still: bool,
         failed: bool,
         recurs: bool,
         words: list[str],
@@ -120,12 +131,13 @@ class Reading:
         self.observation = observation
         self.novel = novel  # it names something the run never named
         self.progress = progress  # ... or says the action worked (and reports no failure)
+        self.still = still  # the observation says the view did not move (for a move)
         self.failed = failed  # it reports a failure, or plans another try
         self.recurs = recurs  # it says a failure keeps happening
         self.words = words  # its words, lower-cased (the run learns them after)
 
 
-def read(text: str, known: dict[int, None]) -> Reading:
+def read(text: str, known: dict[int, None], moving: bool = False) -> Reading:
     """Read a narration: split at its plan; progress is an observation that reports no
     failure and names something the run never named (a number, a quoted text, a name)
     or says the action took effect; a failure signal is an observation that reports a
@@ -150,14 +162,16 @@ def read(text: str, known: dict[int, None]) -> Reading:
             retry = _RETRY.search(_QUOTE.sub(" ", plan) if '"' in plan else plan) is not None
         novel = _names_new(observation, words, known)
         progress = novel or _WORKED.search(bare) is not None
+    # read only after a move: most narrations follow a click or a typed text
+    still = moving and _VIEW_STILL.search(bare) is not None
     if reported and "page " in bare and _new_page(bare, known):
         # "Page 3 still doesn't mention the refund policy": the view moved (a page the
         # run had not named) even if what is sought is not on it yet
-        reported = False
+        reported = still = False
         novel = progress = True
     recurs = ("keep" in bare or "kept" in bare) and _RECURS.search(bare) is not None
     words += _TOKEN.findall(low, cut)
-    return Reading(observation, novel, progress, reported or retry, recurs, words)
+    return Reading(observation, novel, progress, still, reported or retry, recurs, words)
 
 
 def _new_page(observation: str, known: dict[int, None]) -> bool:
@@ -184,10 +198,9 @@ def _names_new(observation: str, words: list[str], known: dict[int, None]) -> bo
 _POINT_KEYS: Final = (("x", "y"), ("start_x", "start_y"), ("coordinate_x", "coordinate_y"))
 
 
-def _target(event: Event, moves: bool) -> tuple[float, float, str] | None:
+def _target(event: Event) -> tuple[float, float, str]:
     """What an action acts on: a point (x, y, "") for a pointer action, else (0, 0, its
-    normalised call key: the same text, address or key press); None for a scroll,
-    which moves over content rather than acting on a target."""
+    normalised call key: the same text, address, key press or scroll)."""
     args = event.args
     if type(args) is not dict:
         args = maybe_json(args)
@@ -201,8 +214,6 @@ def _target(event: Event, moves: bool) -> tuple[float, float, str] | None:
             x, y = point
             if isinstance(x, (int, float)) and isinstance(y, (int, float)):
                 return float(x), float(y), ""
-    if moves:  # CallRecord.moves, read when the call was recorded
-        return None
     return 0.0, 0.0, event.norm_key
 
 
@@ -210,14 +221,17 @@ def _target(event: Event, moves: bool) -> tuple[float, float, str] | None:
 class Attempt(Record):
     """One action in the window of recent attempts, and what its narration said."""
 
-    __slots__ = ("failed", "key", "name", "said", "step", "x", "y")
+    __slots__ = ("failed", "key", "moves", "name", "said", "step", "x", "y")
 
-    def __init__(self, step: int, name: str, x: float, y: float, key: str) -> None:
+    def __init__(self, step: int, name: str, x: float, y: float, key: str, moves: bool) -> None:
         self.step = step  # event index of the action
         self.name = name
         self.x = x  # its point, for a pointer action
         self.y = y
         self.key = key  # "" for a pointer action, else its target's key
+        # it moves the view (a scroll, page down): only a narration that reports the
+        # view unchanged is a failure; a plan to scroll "again" is how scrolling goes on
+        self.moves = moves
         self.said = -1  # event index of the narration after it (-1: none yet); -2: a result
         self.failed = False  # the narration reported a failure or planned another try
 
@@ -310,9 +324,21 @@ class NoEffect(Detector):
       ``absent_warn_at`` narrations: warned; in ``absent_stop_at``: stopped (an agent
       that keeps going back to look for an option it found absent).
 
-    Scrolls are not attempts: scrolling over content the narration does not describe
-    is no evidence either way. Actions whose results the trace holds are left to the
-    detectors of results.
+    A scroll (or a page down) is an attempt too, but only an observation saying the
+    view itself did not move counts as its failure ("the page looks the same", "it
+    didn't scroll", "still at the bottom"): "let me keep scrolling", "I don't see it
+    yet" or a plan to scroll "again" are how reading a long page goes, and a narration
+    that names what came into view is progress. A page at its bottom, scrolled on while
+    the agent says nothing moves, is warned and then stopped; measured: no run of the 8
+    sources changes (read with the failure words of a click instead, 2 healthy runs of
+    the screenshot agent were stopped and one warned: "need to keep scrolling", "that
+    usually don't need ...").
+
+    A result that only acknowledges its action ("Clicked element #load-more", "Typed
+    'shoes'", "Pressed Enter": ``fingerprints.acknowledges_action``) holds nothing of
+    the screen either: the engine reads it as unknown, and the narration after it is
+    the observation. Actions whose results the trace holds are left to the detectors
+    of results.
 
     Defaults, measured on the screenshot agent of the corpus (abp_mind2web, 157 runs:
     19 labelled loops, 92 labelled not-a-loop): 15 of 19 loops stopped, a median of 1
@@ -388,11 +414,9 @@ class NoEffect(Detector):
             st.unanswered = ctx.step
             return None
         rec = ctx.call
-        target = _target(ev, rec.moves if rec is not None else moves_view(ev.name, ev.args))
-        if target is None:
-            return None
-        x, y, key = target
-        attempt = Attempt(ctx.step, ev.name or "", x, y, key)
+        x, y, key = _target(ev)
+        moves = rec.moves if rec is not None else moves_view(ev.name, ev.args)
+        attempt = Attempt(ctx.step, ev.name or "", x, y, key, moves)
         found = None
         run = self._run(st, attempt)
         n = len(run)
@@ -414,14 +438,14 @@ class NoEffect(Detector):
         self, ctx: Context, st: NoEffectState, text: str, pending: list[Attempt]
     ) -> Finding | None:
         step = ctx.step
-        reading = read(text, st.known)
+        reading = read(text, st.known, any(a.moves for a in pending))
         if reading.novel:
             _mark(st.news, step)
         found = None
         if pending:
             for a in pending:
                 a.said = step
-                a.failed = reading.failed
+                a.failed = reading.still if a.moves else reading.failed
                 if reading.progress:
                     _mark(st.progress, a.step)
             last = pending[-1]

@@ -115,7 +115,10 @@ class RepeatedCall(Detector):
     page", "Pressed PageDown": short, naming no limit or failure) has no known result
     (the engine reads it so, see ``fingerprints.acknowledges_move``): what came into
     view is not in the trace, so identical scrolls so answered are not "the same
-    result"; "Already at the bottom of the page" is.
+    result"; "Already at the bottom of the page" is. So is a click, key press or typed
+    text answered only by what was done ("Clicked element #load-more", "Pressed End":
+    ``fingerprints.acknowledges_action``): a "Load more" clicked six times shows six
+    pages, not one. "Clicked, but nothing happened" is a result.
 
     Deliberately ignores: the same call far apart with new work in between,
     pagination (the page number changes the key; so does a calendar day: an agent
