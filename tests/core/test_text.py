@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from loopwatch.detectors import narration
 from loopwatch.redact import _ascii_lower
 from loopwatch.text import phrase_lower, split_words
 
@@ -34,3 +37,22 @@ def test_typographic_apostrophes_read_as_plain_ones(text: str) -> None:
     for typographic in ("\u2019", "\u2018", "\u02bc"):
         expected = expected.replace(typographic, "'")
     assert phrase_lower(text) == expected
+
+
+_NAME_AS_WRITTEN = re.compile(
+    r"(?<=[\w,;)\]%'\"\u201d-]) ([A-Z][\w$+/%-]*)|\b([A-Z][A-Z0-9/&+-]+)\b"
+)
+name_texts = (
+    st.lists(
+        st.sampled_from(["I saw ", "Paris", "NASA", " ", "x", ",", "Z", "A-B", "9", "\u201d", "_"]),
+        max_size=12,
+    ).map("".join)
+    | texts
+)
+
+
+@given(name_texts)
+@example("Then I saw Paris, NASA and A-B9 at US/EU.")
+def test_names_are_read_as_the_pattern_that_opens_with_the_lookbehind(text: str) -> None:
+    expected = [a or b for a, b in _NAME_AS_WRITTEN.findall(text)]
+    assert narration._NAME.findall(text) == expected

@@ -80,8 +80,12 @@ _DIGIT: Final = re.compile(r"\d")
 _PAGE_NUMBER: Final = re.compile(r"\bpage (\d+)\b")
 # Words, lower-cased ("1.25+", "k/da", "don't" stay whole).
 _TOKEN: Final = re.compile(r"[a-z0-9$][\w$+/%-]*(?:['.][\w$+/%-]+)*")
-# A word capitalised inside a sentence (a name), or in capitals (a code).
-_NAME: Final = re.compile(r"(?<=[\w,;)\]%'\"\u201d-]) ([A-Z][\w$+/%-]*)|\b([A-Z][A-Z0-9/&+-]+)\b")
+# A word capitalised inside a sentence (a name), or in capitals (a code). Written to
+# open with its capital, so that the engine scans for capitals (3x faster than opening
+# with the lookbehind, which is tried at every position).
+_NAME: Final = re.compile(
+    r"[A-Z](?:(?<=[\w,;)\]%'\"\u201d-] [A-Z])[\w$+/%-]*|(?<=\b[A-Z])[A-Z0-9/&+-]+\b)"
+)
 _PRONOUNS: Final = frozenset({"I", "I'm", "I've", "I'll", "I'd"})
 _OBSERVATION_CHARS: Final = 1200  # of a narration's observation (bounds the cost)
 _PLAN_CHARS: Final = 400
@@ -105,7 +109,7 @@ def _word_id(word: str) -> int:
 
 def _names(text: str) -> set[str]:
     """The names in a text: words capitalised inside a sentence, and quoted words."""
-    named = {(a or b).lower() for a, b in _NAME.findall(text) if (a or b) not in _PRONOUNS}
+    named = {name.lower() for name in _NAME.findall(text) if name not in _PRONOUNS}
     if '"' in text or "\u201c" in text or "**" in text:
         for quoted in _QUOTED.findall(text):
             named.update(_TOKEN.findall((quoted[0] or quoted[1] or quoted[2]).lower()))
@@ -189,7 +193,7 @@ def _names_new(observation: str, words: list[str], known: dict[int, None]) -> bo
     new = [w for w in words if _word_id(w) not in known]
     if not new:
         return False
-    if any(_DIGIT.search(w) is not None for w in new):
+    if _DIGIT.search(" ".join(new)) is not None:  # one search, not one a word
         return True
     return not _names(observation).isdisjoint(new)
 
