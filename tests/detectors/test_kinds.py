@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from runs import Events, model, run, tool
 
-from loopwatch import Config, Guard, RestatedReply, scan
+from loopwatch import Config, Guard, RestatedReply, RevisitedPage, scan
 from loopwatch.events import Event
 from loopwatch.fingerprints import is_reflection, looks_like_error
 from loopwatch.text import negative, specifics
@@ -936,3 +936,48 @@ def test_a_new_request_from_the_user_makes_a_page_new_again() -> None:
             "visit_url", {"url": address, "n": city_request}, screen(address, VIEWER, 40)
         )
     assert not any(f.detector == "revisited_page" for f in scan(run(events), Config()).findings)
+
+
+def _shop_page(address: str, words: list[str]) -> str:
+    return f"Page URL: {address}\nTitle: Shop\n" + " ".join(words)
+
+
+_RESULTS = _shop_page(
+    "https://shop.example/search?q=laptop",
+    [f"Laptop model{i} price {900 + i * 37} rating {i % 5}" for i in range(40)],
+)
+
+
+def _item(i: int) -> str:
+    return _shop_page(f"https://shop.example/item/{i}", [f"spec{i}x{j} d{j}" for j in range(60)])
+
+
+def test_a_list_of_results_returned_to_between_its_items_is_no_revisit() -> None:
+    """A browser agent reading items one by one from one list: results, item 1, back,
+    item 2, back... The list comes back five times, each time after a new item."""
+    events: Events = [{"kind": "user", "text": "Find the cheapest laptop with 16GB RAM"}]
+    events += tool("browser_navigate", {"url": "https://shop.example/search?q=laptop"}, _RESULTS)
+    for i in range(5):
+        events += tool("browser_click", {"element": f"Laptop model{i}"}, _item(i))
+        events.append(model(f"Model{i} has {8 if i % 2 else 16}GB RAM. Back to the results."))
+        events += tool("browser_navigate_back", {}, _RESULTS)
+    assert scan(run(events), Config()).verdict == "ok"
+
+
+def test_two_pages_shown_in_turn_are_revisits() -> None:
+    """The same item opened again and again from the list: the item and the list come
+    back in turn, and neither brings anything new."""
+    events: Events = [{"kind": "user", "text": "Find the cheapest laptop with 16GB RAM"}]
+    events += tool("browser_navigate", {"url": "https://shop.example/search?q=laptop"}, _RESULTS)
+    for _ in range(4):
+        events += tool("browser_click", {"element": "Laptop model1"}, _item(1))
+        events += tool("browser_navigate_back", {}, _RESULTS)
+    report = scan(run(events), Config())
+    assert any(f.detector == "revisited_page" for f in report.findings)
+    # and a list shown again by the very call that showed something else before it
+    # (the same click landing on a page that moves a little) is counted too
+    events = [{"kind": "user", "text": "Open the photo"}]
+    for i in range(6):
+        events += tool("click", {"target": "Photo"}, _item(1) if i % 2 else _RESULTS)
+    report = scan(run(events), Config(), detectors=[RevisitedPage()])
+    assert report.findings and report.findings[0].steps == (2, 6, 10)  # 3 showings
