@@ -250,17 +250,17 @@ def acknowledges_move(text: str) -> bool:
     return len(text) <= _ACK_CHARS and _NOT_ACK.search(text) is None
 
 
-# A user-interface action's short answer that only says it was done, opening with the
-# action in the past tense ("Clicked element button.load-more", "🖱️ Clicked button with
-# index 5: Load more", "Typed 'shoes' into the search box", "Pressed Enter"), as
+# A pointer or keyboard action's short answer that only says it was done, opening with
+# the action in the past tense ("Clicked element button.load-more", "🖱️ Clicked button
+# with index 5: Load more", "Typed 'shoes' into the search box", "Pressed Enter"), as
 # browser-use, Stagehand-like and home-made browser tools answer: the page after the
 # click is not in it, so two such answers are not the same page. An answer that reports
-# a failure ("Clicked, but nothing happened", "Element not found") says something.
+# a failure ("Clicked, but nothing happened", "Element not found") says something, and
+# so does a domain tool's answer ("Selected seat 12A", "Entered the passenger name"):
+# it states what is now so, and the same statement again is the same result.
 _ACTION_DONE: Final = frozenset(
-    [
-        "clicked", "double-clicked", "right-clicked", "tapped", "typed", "pressed",
-        "hovered", "filled", "selected", "entered", "scrolled",
-    ]
+    ["clicked", "double-clicked", "right-clicked", "tapped", "typed", "pressed", "hovered",
+     "scrolled"]
 )  # fmt: skip
 _ACTION_FAILED: Final = re.compile(
     r"\b(?:cannot|can'?t|could ?n[o']t|unable|no|not|nothing|fail\w*|error|invalid|unknown"

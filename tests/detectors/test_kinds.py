@@ -633,6 +633,11 @@ def test_a_click_acknowledged_while_the_narration_says_nothing_changed_is_stoppe
     for _ in range(4):
         events += tool("click", {"selector": "#submit"}, "Clicked, but nothing happened")
     assert scan(run(events), Config()).first_stop is not None
+    # and a domain tool's answer states what is now so: the same one is the same result
+    events = [{"kind": "user", "text": "Book seat 12A"}]
+    for _ in range(4):
+        events += tool("select_seat", {"seat": "12A"}, "Selected seat 12A")
+    assert scan(run(events), Config()).first_stop is not None
 
 
 @pytest.mark.parametrize(
