@@ -65,7 +65,8 @@ __all__ = [
 # 10: restated_reply keeps whether the user deferred; long messages' payload keys.
 # 11: stagnation keeps the user's last message's key and whether it was said again,
 # instead of the marks of its words; CallRecord says whether the call moves the view.
-# 12: no_effect's attempts say whether they move the view (scrolls are attempts).
+# 12: no_effect's attempts say whether they move the view (scrolls are attempts);
+# revisited_page keeps its last results; stagnation counts restatements no user asked.
 STATE_VERSION: Final = 12
 # What a serialised state starts with, before its version byte. JSON never starts
 # with it, so a state of format 2 or older is told apart and refused by its version.

@@ -986,3 +986,30 @@ def test_two_pages_shown_in_turn_are_revisits() -> None:
         events += tool("click", {"target": "Photo"}, _item(1) if i % 2 else _RESULTS)
     report = scan(run(events), Config(), detectors=[RevisitedPage()])
     assert report.findings and report.findings[0].steps == (2, 6, 10)  # 3 showings
+
+
+def test_a_template_refusal_word_for_word_to_a_user_who_pleads_is_told_not_stopped() -> None:
+    """A support bot answering each new plea with its one template refusal, word for
+    word: told, never stopped (the user is the one going round). A user saying the
+    very same thing each time makes it a loop of both, and it is stopped."""
+    refusal = (
+        "I'm sorry, but according to our policy, basic economy tickets are "
+        "non-refundable for personal reasons. I can offer a travel credit instead."
+    )
+    pleas = [
+        "I want a full refund for my flight.",
+        "Please, I really need the refund, my trip was cancelled.",
+        "Can you make an exception and refund me?",
+        "I insist on a refund, this is unacceptable.",
+        "Refund me now please.",
+        "Is there really no way to get my money back?",
+    ]
+    events: Events = [{"kind": "user", "text": "Hi, I need help with reservation ABC123."}]
+    for plea in pleas:
+        events += [model(refusal, to="user"), {"kind": "user", "text": plea}]
+    report = scan(run(events), Config())
+    assert report.first_warn is not None and report.first_stop is None
+    events = [{"kind": "user", "text": "Hi, I need help with reservation ABC123."}]
+    for _ in pleas:
+        events += [model(refusal, to="user"), {"kind": "user", "text": "Refund me now."}]
+    assert scan(run(events), Config()).first_stop is not None

@@ -45,7 +45,7 @@ class Restatement(Written):
     """One agent's last output and how many outputs in a row restated it (written field
     by field: one is made for most model outputs, see state.Written)."""
 
-    __slots__ = ("count", "payload", "steps", "text")
+    __slots__ = ("count", "payload", "steps", "text", "unasked")
 
     def __init__(self, text: str, step: int, payload: str = "") -> None:
         self.count = 1  # outputs in a row saying the same thing
@@ -54,17 +54,20 @@ class Restatement(Written):
         # Event.payload_key of the last of them: "" unless it ran past the characters
         # compared
         self.payload = payload
+        # of the outputs counted after the first, those that answer no new message of
+        # the user's (none came between, or it said again what the one before said)
+        self.unasked = 0
 
     def dump(self) -> Any:  # in slot order, as Record.dump
-        return [self.count, self.payload, self.steps, self.text]
+        return [self.count, self.payload, self.steps, self.text, self.unasked]
 
     @classmethod
     def load(cls, data: Any) -> Restatement:
-        if not isinstance(data, list) or len(data) != 4:
-            raise StateError("Restatement: expected 4 fields")
-        count, payload, steps, text = data
+        if not isinstance(data, list) or len(data) != 5:
+            raise StateError("Restatement: expected 5 fields")
+        count, payload, steps, text, unasked = data
         entry = Restatement(text, 0, payload)
-        entry.count, entry.steps = count, steps
+        entry.count, entry.steps, entry.unasked = count, steps, unasked
         return entry
 
 
@@ -123,6 +126,16 @@ class Stagnation(Detector):
     events later than before. (It replaces a rule that let a reply count when it took
     up none of the user's words: a refusal answers a plea in new words without taking
     them up.)
+
+    The very same reply to each new plea is told (the warning) but not stopped: a stop
+    needs one restatement that answers no new message of the user's (none came
+    between, or it said again what the one before said), as restated_reply stops no
+    agent holding a line against a user who only insists. Measured: no run of the 8
+    sources changes; on the held-out tau2-bench conversations one stop becomes a
+    warning (a framework answering "Recursion limit of 25 reached" five times to a
+    simulated user asking it to try again, in new words each time; the agent answered
+    properly at the 6th; reward 0); a template refusal repeated word for word to a user
+    who pleads in new words is no longer stopped at the 4th reply (tests).
 
     Long outputs are read past the part compared: two that differ there (their whole
     texts differ, or one runs past it and the other does not: a role-play's rounds of
@@ -249,18 +262,15 @@ class Stagnation(Detector):
         # agents never do; two that differ past the characters compared (one runs
         # past them and the other does not, or their payloads differ) are new work,
         # however alike their openings
+        unasked = prev is not None and (st.user_again or ctx.state.user_step < prev.steps[-1])
         if (
             prev is not None
             and payload == prev.payload
-            and (
-                _same(text, prev.text)
-                or (
-                    (st.user_again or ctx.state.user_step < prev.steps[-1])
-                    and self._similar(text, prev.text)
-                )
-            )
+            and (_same(text, prev.text) or (unasked and self._similar(text, prev.text)))
         ):
             prev.count += 1
+            if unasked:
+                prev.unasked += 1
             prev.text = text
             prev.payload = payload
             prev.steps.append(ctx.step)
@@ -277,6 +287,11 @@ class Stagnation(Detector):
         severity = severity_for(count, self.warn_at, self.stop_at)
         if severity is None:
             return None
+        if severity is Severity.STOP and not entry.unasked:
+            # every restatement answered a new message of the user's: an agent holding
+            # the same answer against a user who asks again is told once, not stopped
+            # (the user is the one going round; restated_reply's rule too)
+            severity = Severity.WARN
         who = f"{agent} has" if agent else "You have"
         if not text:
             what = f"produced {count} empty outputs in a row"
