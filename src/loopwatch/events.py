@@ -9,6 +9,7 @@ normal forms, masked volatile values and outcome signatures, is
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -181,10 +182,14 @@ def _forget(
 
 
 def _float(value: Any) -> float:
+    """A count of tokens or a cost as given, or 0.0 (not recorded) for one that is no
+    finite number: "NaN" would make every spend total NaN (no budget ever reached),
+    "inf" would reach every budget at once."""
     try:
-        return float(value) if value is not None else 0.0
+        number = float(value) if value is not None else 0.0
     except (TypeError, ValueError):
         return 0.0
+    return number if math.isfinite(number) else 0.0
 
 
 class Event:

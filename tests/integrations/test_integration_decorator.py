@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,21 +29,36 @@ class RecordingGuard(Guard):
         self.events: list[dict[str, Any]] = []
         self.verdicts: list[Verdict] = []
         self.run_ids: list[str] = []
+        # The three lists are read by index, and runs are judged on several threads
+        # at once (the span processor judges each run under its own lock): an event
+        # and its verdict are appended together, once the verdict is known.
+        self._lock = threading.Lock()
 
-    def _record(self, run_id: str, event: Any) -> None:
-        self.run_ids.append(run_id)
-        self.events.append(event.to_dict() if isinstance(event, Event) else dict(event))
+    def _record(self, run_id: str, event: dict[str, Any], verdict: Verdict | None) -> None:
+        with self._lock:
+            self.run_ids.append(run_id)
+            self.events.append(event)
+            if verdict is not None:
+                self.verdicts.append(verdict)
 
     def observe(self, run_id: str, event: Event | Mapping[str, Any]) -> Verdict:
-        self._record(run_id, event)
-        verdict = super().observe(run_id, event)
-        self.verdicts.append(verdict)
+        seen = event.to_dict() if isinstance(event, Event) else dict(event)
+        try:
+            verdict = super().observe(run_id, event)
+        except BaseException:
+            self._record(run_id, seen, None)
+            raise
+        self._record(run_id, seen, verdict)
         return verdict
 
     async def aobserve(self, run_id: str, event: Event | Mapping[str, Any]) -> Verdict:
-        self._record(run_id, event)
-        verdict = await super().aobserve(run_id, event)
-        self.verdicts.append(verdict)
+        seen = event.to_dict() if isinstance(event, Event) else dict(event)
+        try:
+            verdict = await super().aobserve(run_id, event)
+        except BaseException:
+            self._record(run_id, seen, None)
+            raise
+        self._record(run_id, seen, verdict)
         return verdict
 
     def first(self, action: str) -> int | None:
