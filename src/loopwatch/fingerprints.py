@@ -237,9 +237,13 @@ def call_moves_view(name: str | None, args: Any, args_json: bytes) -> bool:
 # tools and key presses answer: what moved into view is not in it. One that names a
 # limit or a failure ("Already at the bottom", "Cannot scroll further") says something.
 _ACK_CHARS: Final = 160
+# The words by which a short answer reports a failure, for a move and an action alike.
+_FAILURE_WORDS: Final = (
+    r"cannot|can'?t|could ?n[o']t|unable|no|not|nothing|fail\w*|error|invalid|unknown"
+)
 _NOT_ACK: Final = re.compile(
-    r"\b(?:already|bottom|top|end|edge|beginning|limit|reached|further|more|cannot|can'?t"
-    r"|could ?n[o']t|unable|no|not|nothing|fail\w*|error|invalid|unknown|beyond)\b",
+    rf"\b(?:already|bottom|top|end|edge|beginning|limit|reached|further|more|beyond"
+    rf"|{_FAILURE_WORDS})\b",
     re.IGNORECASE,
 )
 
@@ -263,9 +267,7 @@ _ACTION_DONE: Final = frozenset(
      "scrolled"]
 )  # fmt: skip
 _ACTION_FAILED: Final = re.compile(
-    r"\b(?:cannot|can'?t|could ?n[o']t|unable|no|not|nothing|fail\w*|error|invalid|unknown"
-    r"|timed? ?out|disabled|but)\b",
-    re.IGNORECASE,
+    rf"\b(?:{_FAILURE_WORDS}|timed? ?out|disabled|but)\b", re.IGNORECASE
 )
 
 

@@ -104,6 +104,8 @@ class RevisitedPage(Detector):
                 st.pages.clear()
             return None
         page = show_page(st.pages, ctx)
+        if not st.pages:
+            return None  # no page shown yet: nothing to return to (most runs: no list made)
         results = st.results
         step = ctx.step
         call = "" if ctx.call is None else ctx.call.norm
