@@ -42,8 +42,9 @@ def event(proc: int, step: int) -> dict[str, Any]:
 
 def worker(proc: int, url: str, runs: int, steps: int, barrier: Any, out: Any) -> None:
     try:
-        # a generous timeout: this test is about atomicity on a loaded 2-core box
-        store = RedisStore.from_url(url, timeout=10, max_conflicts=1000)
+        # a generous timeout: this test is about atomicity on a loaded 2-core box (one
+        # update once waited 10 s there for a reply, with a single conflict)
+        store = RedisStore.from_url(url, timeout=60, max_conflicts=1000)
         guard = Guard(Config(), store=store, on_store_error="raise", max_iterations=10**9)
         barrier.wait(timeout=60)
         for step in range(steps):
@@ -60,7 +61,7 @@ def test_concurrent_processes_lose_and_duplicate_no_step(
     procs, runs, steps = stress_size()
     # what is counted here is steps lost or duplicated by concurrent writers, not a slow
     # reply on a loaded machine given up at the default 0.5 s
-    url = f"{redis_server.url}?prefix={prefix}&timeout=10"
+    url = f"{redis_server.url}?prefix={prefix}&timeout=60"
     ctx = mp.get_context("fork")
     barrier, out = ctx.Barrier(procs), ctx.Queue()
     workers = [
@@ -120,7 +121,7 @@ def test_writers_hammering_one_run_back_off_instead_of_giving_up(
     """4 processes on one run id with no pause: every step lands with the default
     conflict policy (once 1.5% were given up after 33 conflicts in ~10 ms)."""
     procs, steps = 4, 200
-    url = f"{redis_server.url}?prefix={prefix}&timeout=10"
+    url = f"{redis_server.url}?prefix={prefix}&timeout=60"
     ctx = mp.get_context("fork")
     barrier, out = ctx.Barrier(procs), ctx.Queue()
     workers = [ctx.Process(target=hammer, args=(p, url, steps, barrier, out)) for p in range(procs)]

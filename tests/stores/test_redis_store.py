@@ -183,6 +183,39 @@ def test_a_stale_cache_never_overwrites_newer_state(redis_server: Backend, prefi
     assert b.apply("r", bump, new_state) == 2
 
 
+def test_giving_up_says_whether_writers_or_waiting_took_the_time(
+    redis_server: Backend, prefix: str
+) -> None:
+    """An update that gives up names its cause: other writers when it kept conflicting,
+    waiting when the time ran out after a conflict or two (a stalled reply on a loaded
+    machine once read as 'other workers kept updating it')."""
+    other = RedisStore.from_url(redis_server.url, prefix=prefix)
+
+    def bump(state: RunState) -> int:
+        state.n += 1
+        return state.n
+
+    def bump_while_another_writes(delay: float) -> Any:
+        def step(state: RunState) -> int:
+            other.apply("r", bump, new_state)  # lands first: this attempt conflicts
+            time.sleep(delay)
+            return bump(state)
+
+        return step
+
+    capped = RedisStore.from_url(redis_server.url, prefix=prefix, max_conflicts=2)
+    with pytest.raises(StoreUnavailable, match=r"after 3 attempt.*other workers kept updating"):
+        capped.apply("r", bump_while_another_writes(0.0), new_state)
+    slow = RedisStore.from_url(redis_server.url, prefix=prefix, timeout=0.5)
+    with pytest.raises(StoreUnavailable, match=r"after 1 attempt.*the time went to waiting"):
+        slow.apply("r", bump_while_another_writes(0.6), new_state)
+    # the three writes made during the capped store's attempts and the one during the
+    # slow store's landed once each; neither given-up update wrote anything
+    assert other.apply("r", bump, new_state) == 3 + 1 + 1
+    for store in (other, capped, slow):
+        store.close()
+
+
 def test_threads_of_one_process_do_not_lose_steps(redis_server: Backend, prefix: str) -> None:
     from concurrent.futures import ThreadPoolExecutor
 

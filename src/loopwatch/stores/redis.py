@@ -606,10 +606,21 @@ class RedisStore(Store):
         )
 
     def _conflicted(self, run_id: str, attempts: int, spent: float) -> StoreUnavailable:
+        """Why an update gave up. Up to two conflicts wait for no back-off, so when the
+        time ran out after so few, it went to Redis's replies (a paused server or a
+        loaded machine), not to other writers: the message says which, as the remedy
+        differs."""
+        capped = bool(self.max_conflicts) and attempts > self.max_conflicts
+        why = (
+            "other workers kept updating it at the same time"
+            if attempts > 2 or capped
+            else "too few conflicts to be other writers: the time went to waiting (a paused "
+            "server, a loaded machine)"
+        )
         return StoreUnavailable(
             f"Redis store {self.url}: gave up updating run {run_id!r} after {attempts} "
-            f"attempt(s) in {spent:.3f}s; other workers kept updating it at the same time "
-            f"(raise timeout={self.timeout} if this is expected)"
+            f"attempt(s) in {spent:.3f}s; {why} (raise timeout={self.timeout} if this is "
+            f"expected)"
         )
 
     # -- the compare-and-set loop --------------------------------------------------------
