@@ -54,10 +54,14 @@ __all__ = [
     "specifics",
     "split_words",
     "word_at_rest",
+    "word_mark",
     "word_marks",
     "word_set",
     "words_alike",
 ]
+
+_xxh32: Final = xxhash.xxh32_intdigest
+_xxh3_hex: Final = xxhash.xxh3_64_hexdigest
 
 # A word: a run of letters or digits (no underscores), in any script.
 WORD: Final = re.compile(r"[^\W_]+")
@@ -167,6 +171,13 @@ def request_overlap(a: Mapping[str, int], b: Mapping[str, int]) -> float:
 _WORD_MARKS: Final = 16
 
 
+def word_mark(word: str) -> int:
+    """A word's 32-bit mark (xxh32 of its UTF-8): what run state keeps of a word. The
+    hash function is bound once, as a module attribute read per word cost a generic
+    lookup each time."""
+    return _xxh32(word.encode(_UTF8, _LONE))
+
+
 def word_marks(said: list[Any]) -> list[int]:
     """32-bit marks of the content words of a call's argument values (:func:`said_of`;
     filler dropped as :func:`request_words` drops it), sorted, at most 16: what run
@@ -176,7 +187,7 @@ def word_marks(said: list[Any]) -> list[int]:
     for value in said:
         for w in WORD.findall(str(value).lower()):
             if w not in _REQUEST_FILLER:
-                marks.add(xxhash.xxh32_intdigest(w.encode(_UTF8, _LONE)))
+                marks.add(word_mark(w))
     return sorted(marks)[:_WORD_MARKS]
 
 
@@ -198,7 +209,7 @@ def jaccard(a: set[str], b: set[str]) -> float:
 
 def fingerprint(text: str) -> str:
     """Stable 16-hex fingerprint of a text (xxh3, as the event keys)."""
-    return str(xxhash.xxh3_64_hexdigest(text.encode("utf-8", "surrogatepass")))
+    return str(_xxh3_hex(text.encode(_UTF8, _LONE)))
 
 
 # A text's opening, as :func:`head_marks` records it: one mark per this many characters,
@@ -437,7 +448,7 @@ def _has_mark(word: str) -> bool:
 
 
 def _spec_id(token: str) -> int:
-    return xxhash.xxh32_intdigest(token.encode("utf-8", "surrogatepass")) & _SPEC_MASK
+    return word_mark(token) & _SPEC_MASK
 
 
 def preview(value: Any, limit: int = 80, extra: tuple[Pattern[str], ...] = ()) -> str:

@@ -5,13 +5,11 @@ from __future__ import annotations
 import re
 from typing import Any, Final, final
 
-import xxhash
-
 from ..events import MODEL, TOOL_CALL, TOOL_RESULT, USER
 from ..findings import Finding, Severity
 from ..redact import redact
 from ..state import DetectorState
-from ..text import phrase_lower, split_words
+from ..text import phrase_lower, split_words, word_mark
 from .base import Context, Detector, preview, severity_for, trim
 
 __all__ = ["RestatedReply"]
@@ -89,7 +87,7 @@ def _asked_for(text: str) -> list[int]:
             words += split_words(sentences[i - 1])
         for word in words:
             if word not in _FILLER and word not in _ASKING and len(word) >= 2:
-                asked.add(xxhash.xxh32_intdigest(word.encode("utf-8", "surrogatepass")))
+                asked.add(word_mark(word))
     return sorted(asked)[:_ASKED_MAX]
 
 
@@ -103,7 +101,7 @@ def _tokens(text: str) -> list[int]:
     positive for a word that carries content, negative for filler."""
     out: list[int] = []
     for word in split_words(text)[:_WORDS_MAX]:
-        h = (xxhash.xxh32_intdigest(word.encode("utf-8", "surrogatepass")) & _HASH_MASK) + 1
+        h = (word_mark(word) & _HASH_MASK) + 1
         out.append(-h if word in _FILLER else h)
     return out
 

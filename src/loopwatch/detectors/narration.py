@@ -7,13 +7,11 @@ import math
 import re
 from typing import Any, Final, final
 
-import xxhash
-
 from ..events import MODEL, TOOL_CALL, TOOL_RESULT, USER, Event
 from ..findings import Finding, Severity
 from ..fingerprints import maybe_json, moves_view
 from ..state import DetectorState, Record, StateError
-from ..text import phrase_lower
+from ..text import phrase_lower, word_mark
 from .base import Context, Detector, preview, trim
 
 __all__ = ["NoEffect"]
@@ -100,7 +98,7 @@ _WORD_IDS_MAX: Final = 16384
 def _word_id(word: str) -> int:
     wid = _WORD_IDS.get(word)
     if wid is None:
-        wid = xxhash.xxh32_intdigest(word.encode("utf-8", "surrogatepass")) & _HASH_MASK
+        wid = word_mark(word) & _HASH_MASK
         if len(_WORD_IDS) >= _WORD_IDS_MAX:
             _WORD_IDS.clear()
         _WORD_IDS[word] = wid
