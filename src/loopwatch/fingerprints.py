@@ -1052,17 +1052,24 @@ def declared_wait(command: str) -> float | None:
 # says pending / queued / in progress / running / waiting / not ready / starting...; a
 # browser agent's page that says "Loading..." or "Please wait" has not loaded yet.
 _PENDING: Final = (
-    r"pending|queued|in[ _-]progress|running|waiting|not[ _-]ready|starting|processing"
+    r"pending|queued|in[ _-]?progress|running|waiting|not[ _-]ready|starting|processing"
     r"|scheduled|building|deploying|provisioning|initiali[sz]ing|preparing|generating|loading"
+    # a Kubernetes pod on its way up (kubectl's STATUS column)
+    r"|containercreating|podinitializing|init:\d+/\d+"
     r"|please\s+wait"
     r"|not\s+(?:finished|complete|completed|done)\s+yet"
     r"|not\s+yet\s+(?:ready|available|finished|complete|completed|done)"
     r"|still\s+being\s+\w+|try\s+again\s+later"
 )
+# A status in capitals may name what is pending first (CloudFormation's
+# CREATE_IN_PROGRESS, UPDATE_IN_PROGRESS); a lower-case prefix is a name (test_loading).
+# A status field's name may be compound ("StackStatus", "provisioningState").
+_ACTION_PREFIX: Final = r"(?-i:[A-Z]+_)*"
 _PENDING_FIELD: Final = re.compile(
-    rf"\b(?:status|state|phase)\b[\"']?\s*[:=]\s*[\"']?(?:{_PENDING})\b", re.IGNORECASE
+    rf"\b\w*?(?:status|state|phase)\b[\"']?\s*[:=]\s*[\"']?{_ACTION_PREFIX}(?:{_PENDING})\b",
+    re.IGNORECASE,
 )
-_PENDING_WORD: Final = re.compile(rf"\b(?:{_PENDING})\b", re.IGNORECASE)
+_PENDING_WORD: Final = re.compile(rf"\b{_ACTION_PREFIX}(?:{_PENDING})\b", re.IGNORECASE)
 _PENDING_SHORT: Final = 160  # a bare status line ("Job 42: running") is this short
 _STATUS_CHARS: Final = 600  # a status report says its state near its start
 

@@ -179,6 +179,46 @@ def test_tools_named_to_wait_and_results_that_say_not_yet() -> None:
     assert not reports_pending("Task complete: the report is ready.")
 
 
+@pytest.mark.parametrize(
+    ("text", "pending"),
+    [
+        # kubectl's STATUS column while a pod comes up
+        ("NAME      READY   STATUS              AGE\nweb-7d9   0/1     ContainerCreating", True),
+        ("NAME      READY   STATUS     RESTARTS   AGE\nweb-7d9   0/1     Init:0/2   0", True),
+        ("web-7d9   0/1     PodInitializing   0          12s", True),
+        ("web-7d9   0/1     CrashLoopBackOff   3          2m", False),  # a failure
+        # a cloud status that names its action first, in a compound field
+        ('{"StackStatus": "CREATE_IN_PROGRESS"}', True),
+        (
+            '{"Stacks": [{"StackName": "web", "StackStatus": "UPDATE_IN_PROGRESS"}]}' + " " * 300,
+            True,
+        ),
+        ('{"StackStatus": "CREATE_COMPLETE"}', False),
+        ('{"status": "InProgress"}', True),
+        # a lower-case prefix is a name, not an action: a test called test_loading
+        ("tests/test_loading.py::test_loading PASSED", False),
+        ("ERROR tests/test_processing.py - ImportError", False),
+    ],
+)
+def test_statuses_of_deployments_and_stacks_on_their_way(text: str, pending: bool) -> None:
+    assert reports_pending(text) is pending
+
+
+def test_a_stack_polled_while_it_is_created_is_judged_by_the_wait_budget() -> None:
+    """Eight identical answers that the stack is still being created: a poll (once
+    stopped for repeating at the 4th check), not a loop."""
+    events: Events = []
+    for _ in range(8):
+        events += tool(
+            "aws",
+            {"command": "cloudformation describe-stacks --stack-name web"},
+            '{"Stacks": [{"StackName": "web", "StackStatus": "CREATE_IN_PROGRESS"}]}',
+        )
+    report = scan(run(events), Config())
+    assert report.verdict != "stop", report.to_dict()
+    assert {f.detector for f in report.findings} <= {"wait_budget"}
+
+
 def test_wait_budget_refuses_nonsense() -> None:
     with pytest.raises(ValueError, match="max_seconds"):
         WaitBudget(max_seconds=0)
