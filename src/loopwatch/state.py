@@ -67,7 +67,9 @@ __all__ = [
 # instead of the marks of its words; CallRecord says whether the call moves the view.
 # 12: no_effect's attempts say whether they move the view (scrolls are attempts);
 # revisited_page keeps its last results; stagnation counts restatements no user asked.
-STATE_VERSION: Final = 12
+# 13: ping_pong keeps the marks of the numbers each message names (``specs``) and
+# whether it restated one before it (``again``).
+STATE_VERSION: Final = 13
 # What a serialised state starts with, before its version byte. JSON never starts
 # with it, so a state of format 2 or older is told apart and refused by its version.
 _MAGIC: Final = b"LWS"

@@ -328,11 +328,12 @@ def _runs(text: str) -> list[str]:
 _LOWER: Callable[[str], str] = str.lower
 
 
-def specifics(text: str) -> list[str]:
+def specifics(text: str, digits: bool = False) -> list[str]:
     """The specific tokens of a message, lower-cased, in order of first appearance:
     tokens with a digit, an underscore, ``@`` or ``#``, and all-capital codes of three
     letters or more (``SFO``, not ``I`` or ``ID``). Read from the first 2,000
-    characters."""
+    characters. A token of one character is one only with ``digits`` and when it is
+    a digit (a step, a quantity: between agents, "step 2" after "step 1" is news)."""
     out: dict[str, None] = {}
     for run in _runs(text):
         if run.isalpha():
@@ -343,7 +344,7 @@ def specifics(text: str) -> list[str]:
                 out[run.lower()] = None
         elif _MARKED.search(run) is not None:
             tok = run.strip(_TRAILING)
-            if len(tok) >= 2:
+            if len(tok) >= 2 or (digits and tok.isdigit()):
                 out[_LOWER(tok)] = None
         elif len(run) >= 3 and not run.islower():
             for code in _CAPITALS.findall(run):

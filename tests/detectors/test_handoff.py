@@ -134,6 +134,48 @@ def test_review_rounds_with_new_code_after_the_same_template_are_work() -> None:
     assert first_warn is not None and first_stop is not None
 
 
+def test_a_negotiation_or_a_plan_whose_numbers_move_is_not_ping_pong() -> None:
+    """The same words with another price or another step each time: progress, not the
+    same request (both were stopped at the 4th message). The same numbers again are."""
+
+    def haggle(prices: list[tuple[int, int]]) -> list[dict[str, Any]]:
+        events = []
+        for bid, ask in prices:
+            events.append(msg("buyer", f"I can offer ${bid} for the bicycle. Deal?", "seller"))
+            events.append(msg("seller", f"Thanks. The lowest I can accept is ${ask}.", "buyer"))
+        return events
+
+    converging = haggle([(50, 95), (55, 90), (60, 85), (65, 80), (70, 75)])
+    assert scan_with({"run_id": "deal", "events": converging}, PingPong()) == (None, None)
+    stuck = haggle([(50, 95)] * 5)
+    assert scan_with({"run_id": "no-deal", "events": stuck}, PingPong()) == (3, 4)
+
+    plan = []
+    for step in range(1, 7):
+        plan.append(msg("planner", f"Please implement step {step} of the plan.", "coder"))
+        plan.append(msg("coder", f"Done with step {step}. What next?", "planner"))
+    assert scan_with({"run_id": "plan", "events": plan}, PingPong()) == (None, None)
+
+
+def test_clock_readings_and_counts_of_tries_are_not_news() -> None:
+    """A number that moves because time passes or because the same thing is asked again
+    ("Attempt 3", "visited 12 seconds ago") does not make a restatement new."""
+    retries, revisits = [], []
+    for i in range(5):
+        retries.append(msg("boss", f"Attempt {i + 1}: please unzip /w/data.zip", "surfer"))
+        retries.append(msg("surfer", "Title: Download complete. Saved file to /w/data.zip", "boss"))
+        revisits.append(msg("boss", "Please unzip /w/data.zip and list it", "surfer"))
+        revisits.append(
+            msg(
+                "surfer",
+                f"Download complete. You visited this page {4 * i + 3} seconds ago.",
+                "boss",
+            )
+        )
+    assert scan_with({"run_id": "retries", "events": retries}, PingPong()) == (3, 4)
+    assert scan_with({"run_id": "revisits", "events": revisits}, PingPong()) == (3, 4)
+
+
 def test_new_tool_results_between_restatements_reset_the_count() -> None:
     events: list[dict[str, Any]] = []
     for i in range(10):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final, final
 
 from ..embeddings import Comparer, Embedder, EmbeddingCache, resolve_embedder
 from ..events import MODEL, SPAN
 from ..findings import Finding, Severity
+from ..fingerprints import fold_and_mask
 from ..redact import redact
 from ..state import DetectorState, Record, dump_map, load_map
 from ..text import (
@@ -16,6 +18,8 @@ from ..text import (
     request_overlap,
     request_words,
     shared_head,
+    specifics,
+    word_mark,
 )
 from .base import Context, Detector, preview, severity_for, trim
 
@@ -37,16 +41,25 @@ _BODY_WORDS: Final = 3
 # A message longer than this carries a payload past its request (code, a document, a
 # report): see PingPong and Event.payload_key.
 _PAYLOAD_AFTER: Final = 2 * _TEXT_CHARS
+# Marks kept of the specifics a message names (numbers, ids, codes: text.specifics).
+_SPECIFICS_MAX: Final = 16
 
 
 @final
 class Message(Record):
     """A message between two agents, kept to compare the next ones with."""
 
-    __slots__ = ("fp", "payload", "sender", "text", "words")
+    __slots__ = ("again", "fp", "payload", "sender", "specs", "text", "words")
 
     def __init__(
-        self, sender: str, fp: str, text: str, words: dict[str, int], payload: str = ""
+        self,
+        sender: str,
+        fp: str,
+        text: str,
+        words: dict[str, int],
+        payload: str = "",
+        specs: list[int] | None = None,
+        again: bool = False,
     ) -> None:
         self.sender = sender
         self.fp = fp  # fingerprint of the text
@@ -56,6 +69,10 @@ class Message(Record):
         self.text = text  # clipped and redacted; "" unless embeddings compare messages
         self.words = words  # content words (dict keys: a set that serialises; long ones
         # by their fingerprint: text.word_at_rest)
+        # marks of the specifics it names (_specifics): a message that names one the
+        # other did not (another price, step, id) says something new
+        self.specs = specs if specs is not None else []
+        self.again = again  # it restated one of the pair's messages before it
 
 
 @final
@@ -142,6 +159,16 @@ class PingPong(Detector):
     them in their review rounds, 1 now (a review round whose messages each repeat an
     earlier one word for word); no run of the 8 sources changes.
 
+    A message that names a number the compared one did not (a price, a quantity, a
+    step) says something new in the same words, as long as the other side's last
+    answer was new too: a negotiation converging on a price and a plan handed out step
+    by step are progress, and both were stopped at their 4th message. A manager whose
+    every new item comes back with the same error is asking the same thing again.
+    Numbers that move by themselves are not news: clock readings (masked as in a
+    result's key, and "visited 9 seconds ago") and counts of tries ("Attempt 3").
+    Measured: no run of the 8 sources or of 91 held-out ChatDev logs changes; counting
+    paths and ids too would lose 2 labelled Magentic-One loops.
+
     Deliberately ignores: one-sided repetition, agent talking to the user, long
     conversations that keep adding content, and restatements separated by new
     tool results.
@@ -204,7 +231,13 @@ class PingPong(Detector):
         fp = fingerprint(text)
         # the text is kept (redacted) only for the embeddings to compare with
         kept = redact(text) if self._compare is not None else ""
-        restates = any(self._same(old, fp, kept, words, payload) for old in entry.recent)
+        specs = _specifics(text)
+        # New numbers are news only while the other side answers with something new: a
+        # manager handing out item after item that each come back with the same error
+        # is asking the same thing again.
+        answer = next((m for m in reversed(entry.recent) if m.sender != sender), None)
+        moving = specs if answer is None or not answer.again else []
+        restates = any(self._same(old, fp, kept, words, payload, moving) for old in entry.recent)
         if restates:
             entry.n += 1
             if sender not in entry.who:
@@ -216,7 +249,7 @@ class PingPong(Detector):
             entry.who = []
             entry.steps = [ctx.step]
         recent = entry.recent
-        recent.append(Message(sender, fp, kept, words, payload))
+        recent.append(Message(sender, fp, kept, words, payload, specs, restates))
         trim(recent, _RECENT)
         pairs[pair] = entry
         if len(pairs) > _PAIRS_MAX:
@@ -243,10 +276,24 @@ class PingPong(Detector):
             f"{pair}@{entry.steps[0]}",
         )
 
-    def _same(self, old: Message, fp: str, text: str, words: dict[str, int], payload: str) -> bool:
+    def _same(
+        self,
+        old: Message,
+        fp: str,
+        text: str,
+        words: dict[str, int],
+        payload: str,
+        specs: list[int],
+    ) -> bool:
         if payload != old.payload:
             return False  # the same request with another payload (or none): new work
-        if old.fp == fp or request_overlap(old.words, words) >= self.overlap:
+        if old.fp == fp:
+            return True
+        if _names_more(specs, old.specs):
+            # another price, step or id in the same words: a negotiation that moves, a
+            # plan handed out step by step
+            return False
+        if request_overlap(old.words, words) >= self.overlap:
             return True
         if self._compare is None:
             return False
@@ -285,6 +332,53 @@ class PingPong(Detector):
         if caller is None:
             return None, None, ""
         return caller, ev.name, ev.text.strip()
+
+
+# A time told relative to now ("visited 9 seconds ago"): a clock reading, which moves
+# while nothing else does (Magentic-One's file surfer says it of a page it shows again).
+_AGO: Final = re.compile(
+    r"\b\d+(?:\.\d+)?\s*(?:ms|milliseconds?|s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?"
+    r"|days?|weeks?|months?|years?)\s+ago\b",
+    re.IGNORECASE,
+)
+
+
+# Of the specifics, the numbers (a price, a quantity, a step): what moves in an exchange
+# that makes progress in the same words. A path or an id that changes between two
+# requests is as often the same request fumbled (a path with a segment doubled).
+_NUMBER: Final = re.compile(r"[$€£]?\d+(?:[.,]\d+)*%?")
+
+
+# A count of the tries itself ("Attempt 3:", "retry 2 of 5", "round 4"): a number that
+# moves because the same thing is asked again.
+_COUNTER: Final = re.compile(
+    r"\b(?:attempts?|tries|try|retry|retries|round|iteration)\s*#?\s*\d+(?:\s*(?:/|of)\s*\d+)?",
+    re.IGNORECASE,
+)
+
+
+def _specifics(text: str) -> list[int]:
+    """Marks of the numbers a message names (of text.specifics: a price, a quantity, a
+    step), sorted, at most 16: kept in run state without the text. Clock readings are
+    not among them: volatile values (a timestamp, a uuid) are masked first, as in a
+    result's key, and so is a time told relative to now; nor is a count of tries."""
+    if "ago" in text:
+        text = _AGO.sub(" ", text)
+    text = _COUNTER.sub(" ", text)
+    said = specifics(fold_and_mask(text), digits=True)
+    marks = sorted({word_mark(token) for token in said if _NUMBER.fullmatch(token)})
+    return marks[:_SPECIFICS_MAX]
+
+
+def _names_more(specs: list[int], old: list[int]) -> bool:
+    """Whether a message names a specific another did not. Of a message naming more
+    than 16 only the lowest marks are kept, so a mark above the other's highest kept
+    one is not told apart: it counts as named."""
+    if not specs:
+        return False
+    known = set(old)
+    top = old[-1] if len(old) >= _SPECIFICS_MAX else None
+    return any(m not in known and (top is None or m < top) for m in specs)
 
 
 def _body(st: PingPongState, sender: str, text: str) -> tuple[str, dict[str, int]]:
