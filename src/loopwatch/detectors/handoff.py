@@ -8,7 +8,6 @@ from typing import Any, Final, final
 from ..embeddings import Comparer, Embedder, EmbeddingCache, resolve_embedder
 from ..events import MODEL, SPAN
 from ..findings import Finding, Severity
-from ..fingerprints import fold_and_mask
 from ..redact import redact
 from ..state import DetectorState, Record, dump_map, load_map
 from ..text import (
@@ -18,7 +17,6 @@ from ..text import (
     request_overlap,
     request_words,
     shared_head,
-    specifics,
     word_mark,
 )
 from .base import Context, Detector, preview, severity_for, trim
@@ -164,8 +162,8 @@ class PingPong(Detector):
     answer was new too: a negotiation converging on a price and a plan handed out step
     by step are progress, and both were stopped at their 4th message. A manager whose
     every new item comes back with the same error is asking the same thing again.
-    Numbers that move by themselves are not news: clock readings (masked as in a
-    result's key, and "visited 9 seconds ago") and counts of tries ("Attempt 3").
+    Numbers that move by themselves are not news: clock readings (dates, times, epoch
+    seconds, "visited 9 seconds ago") and counts of tries ("Attempt 3").
     Measured: no run of the 8 sources or of 91 held-out ChatDev logs changes; counting
     paths and ids too would lose 2 labelled Magentic-One loops.
 
@@ -334,6 +332,14 @@ class PingPong(Detector):
         return caller, ev.name, ev.text.strip()
 
 
+# The numbers a message names (a price, a quantity, a step): what moves in an exchange
+# that makes progress in the same words. A number is not part of a word, a path, an id,
+# a date or a clock ("gpt4", "/pdf/2007", "msg-1007", "2024-05-03", "10:42"), and has at
+# most 7 digits before its separators (longer runs are ids and epoch times). A path or
+# an id that changes between two requests is as often the same request fumbled (a path
+# with a segment doubled). The pattern opens with its digit (the lookbehind follows it):
+# the regular expression engine then skips to digits instead of trying every position.
+_NUMBERS: Final = re.compile(r"\d(?<![\w@#/:.-]\d)\d{0,6}(?:[.,]\d+)*(?![\w@#/:-]|[.,]\d)")
 # A time told relative to now ("visited 9 seconds ago"): a clock reading, which moves
 # while nothing else does (Magentic-One's file surfer says it of a page it shows again).
 _AGO: Final = re.compile(
@@ -341,14 +347,6 @@ _AGO: Final = re.compile(
     r"|days?|weeks?|months?|years?)\s+ago\b",
     re.IGNORECASE,
 )
-
-
-# Of the specifics, the numbers (a price, a quantity, a step): what moves in an exchange
-# that makes progress in the same words. A path or an id that changes between two
-# requests is as often the same request fumbled (a path with a segment doubled).
-_NUMBER: Final = re.compile(r"[$€£]?\d+(?:[.,]\d+)*%?")
-
-
 # A count of the tries itself ("Attempt 3:", "retry 2 of 5", "round 4"): a number that
 # moves because the same thing is asked again.
 _COUNTER: Final = re.compile(
@@ -358,15 +356,20 @@ _COUNTER: Final = re.compile(
 
 
 def _specifics(text: str) -> list[int]:
-    """Marks of the numbers a message names (of text.specifics: a price, a quantity, a
-    step), sorted, at most 16: kept in run state without the text. Clock readings are
-    not among them: volatile values (a timestamp, a uuid) are masked first, as in a
-    result's key, and so is a time told relative to now; nor is a count of tries."""
-    if "ago" in text:
-        text = _AGO.sub(" ", text)
-    text = _COUNTER.sub(" ", text)
-    said = specifics(fold_and_mask(text), digits=True)
-    marks = sorted({word_mark(token) for token in said if _NUMBER.fullmatch(token)})
+    """Marks of the numbers a message names (_NUMBERS), sorted, at most 16: kept in run
+    state without the text. Clock readings are not among them ("9 seconds ago"), nor
+    counts of tries. Most messages name none and cost one scan for a digit; the phrase
+    patterns run only on a message that holds their words."""
+    numbers = _NUMBERS.findall(text)
+    if not numbers:
+        return []
+    low = text.lower()
+    if "ago" in low or "attempt" in low or "tr" in low or "round" in low or "iteration" in low:
+        if "ago" in low:
+            text = _AGO.sub(" ", text)
+        text = _COUNTER.sub(" ", text)
+        numbers = _NUMBERS.findall(text)
+    marks = sorted({word_mark(number) for number in numbers})
     return marks[:_SPECIFICS_MAX]
 
 
