@@ -174,6 +174,14 @@ def test_clock_readings_and_counts_of_tries_are_not_news() -> None:
         )
     assert scan_with({"run_id": "retries", "events": retries}, PingPong()) == (3, 4)
     assert scan_with({"run_id": "revisits", "events": revisits}, PingPong()) == (3, 4)
+    # a timestamp, an epoch time, an id or a path that changes is no number that moves
+    stamped = []
+    for i in range(5):
+        stamp = f"2024-05-03 10:4{i}:07 (epoch {1714732807 + 60 * i})"
+        stamped.append(msg("boss", f"[{stamp}] Please unzip /w/run-{i}/data.zip", "surfer"))
+        stamped.append(msg("surfer", f"[{stamp}] Download complete: /w/run-{i}/data.zip", "boss"))
+    first_warn, first_stop = scan_with({"run_id": "stamped", "events": stamped}, PingPong())
+    assert first_warn is not None and first_stop is not None and first_stop <= 4
 
 
 def test_new_tool_results_between_restatements_reset_the_count() -> None:
