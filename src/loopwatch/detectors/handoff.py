@@ -342,35 +342,47 @@ class PingPong(Detector):
 _NUMBERS: Final = re.compile(r"\d(?<![\w@#/:.-]\d)\d{0,6}(?:[.,]\d+)*(?![\w@#/:-]|[.,]\d)")
 # A time told relative to now ("visited 9 seconds ago"): a clock reading, which moves
 # while nothing else does (Magentic-One's file surfer says it of a page it shows again).
-_AGO: Final = re.compile(
-    r"\b\d+(?:\.\d+)?\s*(?:ms|milliseconds?|s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?"
+# Matched right after a number.
+_AGO_AFTER: Final = re.compile(
+    r"(?:\.\d+)?\s*(?:ms|milliseconds?|s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?"
     r"|days?|weeks?|months?|years?)\s+ago\b",
     re.IGNORECASE,
 )
 # A count of the tries itself ("Attempt 3:", "retry 2 of 5", "round 4"): a number that
-# moves because the same thing is asked again.
-_COUNTER: Final = re.compile(
-    r"\b(?:attempts?|tries|try|retry|retries|round|iteration)\s*#?\s*\d+(?:\s*(?:/|of)\s*\d+)?",
+# moves because the same thing is asked again. Searched in the few characters before a
+# number.
+_COUNTER_BEFORE: Final = re.compile(
+    r"\b(?:attempts?|tries|try|retry|retries|round|iteration)\s*#?\s*(?:\d+\s*(?:/|of)\s*)?$",
     re.IGNORECASE,
 )
+_COUNTER_WORDS: Final = ("attempt", "try", "tries", "round", "iteration")
+_BEFORE: Final = 24  # characters before a number that may name it a count of tries
 
 
 def _specifics(text: str) -> list[int]:
     """Marks of the numbers a message names (_NUMBERS), sorted, at most 16: kept in run
     state without the text. Clock readings are not among them ("9 seconds ago"), nor
-    counts of tries. Most messages name none and cost one scan for a digit; the phrase
-    patterns run only on a message that holds their words."""
-    numbers = _NUMBERS.findall(text)
-    if not numbers:
+    counts of tries. Most messages name few numbers and hold none of those phrases'
+    words: one scan for digits, one lower-casing and a few substring searches."""
+    found = list(_NUMBERS.finditer(text))
+    if not found:
         return []
     low = text.lower()
-    if "ago" in low or "attempt" in low or "tr" in low or "round" in low or "iteration" in low:
-        if "ago" in low:
-            text = _AGO.sub(" ", text)
-        text = _COUNTER.sub(" ", text)
-        numbers = _NUMBERS.findall(text)
-    marks = sorted({word_mark(number) for number in numbers})
-    return marks[:_SPECIFICS_MAX]
+    ago = "ago" in low
+    counted = False
+    for word in _COUNTER_WORDS:  # a loop, not any() over a generator (one per message)
+        if word in low:
+            counted = True
+            break
+    marks: set[int] = set()
+    for m in found:
+        start, end = m.start(), m.end()
+        if ago and _AGO_AFTER.match(text, end) is not None:
+            continue
+        if counted and _COUNTER_BEFORE.search(text, max(0, start - _BEFORE), start):
+            continue
+        marks.add(word_mark(m.group()))
+    return sorted(marks)[:_SPECIFICS_MAX]
 
 
 def _names_more(specs: list[int], old: list[int]) -> bool:
