@@ -26,6 +26,7 @@ from .fingerprints import (
     canonical_args,
     fold_and_mask,
     looks_like_error,
+    lower_text,
     maybe_json,
     outcome_signature,
     page_sketch,
@@ -81,7 +82,7 @@ _PAYLOAD_CHARS: Final = 16_000
 
 
 def _fold_case_space(text: str) -> str:
-    return " ".join(text.lower().split())
+    return " ".join(lower_text(text).split())
 
 
 def _folded_key(text: str, fold: Callable[[str], str]) -> str:

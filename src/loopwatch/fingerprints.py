@@ -34,6 +34,7 @@ __all__ = [
     "is_noop_command",
     "is_reflection",
     "looks_like_error",
+    "lower_text",
     "mask_volatile",
     "maybe_json",
     "moves_view",
@@ -51,6 +52,8 @@ __all__ = [
 ]
 
 _hexdigest = xxhash.xxh3_64_hexdigest
+# CPython's own str.lower, called through the method object (see lower_text).
+_STR_LOWER: Callable[[str], str] = str.lower  # not Final: mypyc would compile it to its primitive
 # Bound once: a module attribute read costs a generic lookup each time (three of them
 # were 800 instructions of every call's canonical JSON), a global of this module a
 # dict read and a Final int none.
@@ -162,7 +165,7 @@ def page_sketch(text: str) -> list[int] | None:
         if len(words) < _PAGE_MIN_WORDS:
             return None
         return sorted([_xxh32(w) for w in words])[:_SKETCH_SIZE]
-    found = {w for w in _WORD.findall(head.lower()) if len(w) >= _PAGE_WORD_MIN}
+    found = {w for w in _WORD.findall(lower_text(head)) if len(w) >= _PAGE_WORD_MIN}
     if len(found) < _PAGE_MIN_WORDS:
         return None
     return sorted([_xxh32(w.encode(_UTF8, _LONE)) for w in found])[:_SKETCH_SIZE]
@@ -580,7 +583,7 @@ def normalise_text(text: str) -> str:
         ]
         raw.sort()  # bytes sort as their ASCII strings do
         return b" ".join(raw).decode("ascii")
-    words = [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+    words = [w for w in _WORD.findall(lower_text(text)) if w not in _STOPWORDS]
     words.sort()
     return " ".join(words)
 
@@ -611,7 +614,7 @@ def _outcome_words(text: str, error: bool, coarse: bool = False) -> list[str]:
     ``coarse``: every number masked (see :func:`outcome_signature`)."""
     words: list[str] = []
     append = words.append
-    for tok in text.lower().split():
+    for tok in lower_text(text).split():
         if _isalpha(tok):
             if tok in _UNITS and words and words[-1].isdigit():
                 words[-1] = "#"  # "31 ms": a timing
@@ -815,6 +818,17 @@ def looks_like_error(text: str) -> bool:
     return _ERROR_TEXT.match(text) is not None
 
 
+def lower_text(text: str) -> str:
+    """``text.lower()`` as CPython writes it, in both builds. mypyc compiles
+    ``s.lower()`` to a primitive that lower-cases a final capital sigma as "σ" where
+    Python writes "ς" (the one context-sensitive mapping): "ΟΔΟΣ" and "οδος" were the
+    same word in the pure build and two in the compiled one. A text holding a capital
+    sigma goes through CPython's method; any other text keeps the fast primitive."""
+    if "Σ" in text:  # one C search, at once for a text of narrower characters
+        return _STR_LOWER(text)
+    return text.lower()
+
+
 def maybe_json(value: Any) -> Any:
     """Decode a string that holds a JSON object or array (agents and trace exports
     often stringify arguments); anything else unchanged."""
@@ -971,13 +985,13 @@ def _normalise_value(value: Any, depth: int = 0, path: set[int] | None = None) -
             if depth == 0 and len(value) > 1:
                 # Fields that describe a call (Claude Code's Bash ``description``) are
                 # rewritten by the model on every try: they must not make a repeat new.
-                kept = [(k, v) for k, v in items if str(k).lower() not in DESCRIBING_KEYS]
+                kept = [(k, v) for k, v in items if lower_text(str(k)) not in DESCRIBING_KEYS]
                 if kept:
                     items = kept
             return {
-                str(k).lower(): (
+                lower_text(str(k)): (
                     "#"
-                    if str(k).lower() in _VOLATILE_KEYS
+                    if lower_text(str(k)) in _VOLATILE_KEYS
                     else _normalise_value(v, depth + 1, path)
                 )
                 for k, v in items

@@ -17,6 +17,7 @@ from typing import Any, Final
 from .engine import Engine
 from .events import MODEL, TOOL_CALL, Event
 from .findings import Finding, Severity
+from .fingerprints import lower_text
 from .policy import Policy
 from .state import RunState
 
@@ -71,7 +72,7 @@ class Metrics:
                     and prev is not None
                     and (
                         text == prev
-                        or " ".join(text.lower().split()) == " ".join(prev.lower().split())
+                        or " ".join(lower_text(text).split()) == " ".join(lower_text(prev).split())
                     )
                 ):
                     self.degenerate = True

@@ -8,7 +8,7 @@ values and the normal forms of calls and results live in fingerprints.py.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from re import Pattern
 from typing import Any, Final
 
@@ -20,6 +20,7 @@ from .fingerprints import (
     _hexdigest,
     _isalpha,
     _isascii,
+    lower_text,
     mask_volatile,
     maybe_json,
     normalise_text,
@@ -87,7 +88,7 @@ def _spaced(text: str) -> str:
     if _isascii(text):  # O(1): CPython records it with the string
         return text.encode("ascii").translate(_LOWER_SPACED_BYTES).decode("ascii")
     return (
-        text.lower()
+        lower_text(text)
         .encode("utf-8", "surrogatepass")
         .translate(_SPACED_BYTES)
         .decode("utf-8", "surrogatepass")
@@ -103,12 +104,12 @@ def phrase_lower(text: str) -> str:
     mapping raises and clears a KeyError per character it does not map."""
     if _isascii(text):
         return text.lower()
-    return text.lower().replace("\u2019", "'").replace("\u2018", "'").replace("\u02bc", "'")
+    return lower_text(text).replace("\u2019", "'").replace("\u2018", "'").replace("\u02bc", "'")
 
 
 def word_set(text: str) -> set[str]:
     """The distinct words of a text, lower-cased (regex words: any script)."""
-    return set(WORD.findall(text.lower()))
+    return set(WORD.findall(lower_text(text)))
 
 
 def plain_words(text: str) -> set[str]:
@@ -152,7 +153,7 @@ def request_words(text: str) -> dict[str, int]:
     """A message's content words, as run state keeps them (dict keys: a set that
     serialises; long words by their fingerprint, see :func:`word_at_rest`)."""
     return dict.fromkeys(
-        (word_at_rest(w) for w in WORD.findall(text.lower()) if w not in _REQUEST_FILLER), 1
+        (word_at_rest(w) for w in WORD.findall(lower_text(text)) if w not in _REQUEST_FILLER), 1
     )
 
 
@@ -185,7 +186,7 @@ def word_marks(said: list[Any]) -> list[int]:
     arguments may hold what a store must not)."""
     marks: set[int] = set()
     for value in said:
-        for w in WORD.findall(str(value).lower()):
+        for w in WORD.findall(lower_text(str(value))):
             if w not in _REQUEST_FILLER:
                 marks.add(word_mark(w))
     return sorted(marks)[:_WORD_MARKS]
@@ -283,7 +284,7 @@ def negative(text: str) -> bool:
     Only short texts: a long result that mentions "not found" somewhere says more."""
     if len(text) > _NEGATIVE_CHARS:
         return False
-    low = text.strip().lower()
+    low = lower_text(text.strip())
     if low in _EMPTY_VALUES:
         return True
     # every phrase of _NOTHING_FOUND holds "no" or "0 ": most results hold neither
@@ -322,12 +323,6 @@ def _runs(text: str) -> list[str]:
     return _RUN.findall(head)
 
 
-# mypyc compiles ``s.lower()`` to a primitive that lower-cases a final capital sigma as
-# "σ" where Python writes "ς" (context-sensitive): called through the method object, the
-# compiled build lower-cases a token as the pure one does.
-_LOWER: Callable[[str], str] = str.lower
-
-
 def specifics(text: str, digits: bool = False) -> list[str]:
     """The specific tokens of a message, lower-cased, in order of first appearance:
     tokens with a digit, an underscore, ``@`` or ``#``, and all-capital codes of three
@@ -345,7 +340,7 @@ def specifics(text: str, digits: bool = False) -> list[str]:
         elif _MARKED.search(run) is not None:
             tok = run.strip(_TRAILING)
             if len(tok) >= 2 or (digits and tok.isdigit()):
-                out[_LOWER(tok)] = None
+                out[lower_text(tok)] = None
         elif len(run) >= 3 and not run.islower():
             for code in _CAPITALS.findall(run):
                 out[code.lower()] = None
@@ -433,9 +428,9 @@ def _asked(value: str, asks: list[int]) -> None:
             continue
         if _isalpha(word):
             if len(word) >= 3 and word.isupper():
-                asks.append(_spec_id(word.lower()))
+                asks.append(_spec_id(lower_text(word)))
         elif _has_mark(word):
-            asks.append(_spec_id(word.lower()))
+            asks.append(_spec_id(lower_text(word)))
 
 
 def _has_mark(word: str) -> bool:
@@ -508,7 +503,7 @@ def entities(text: str) -> set[str]:
             or (token[0].isupper() and m.start() not in starts)
             or any(c in token for c in "_./")
         ):
-            out.add(token.lower())
+            out.add(lower_text(token))
     return out
 
 

@@ -8,6 +8,7 @@ from typing import Final
 
 from ..events import MODEL
 from ..findings import Finding, Severity
+from ..fingerprints import lower_text
 from .base import Context, Detector, preview
 
 # Structured text repeats by nature and is left out, as Gemini CLI does: fenced code
@@ -124,7 +125,7 @@ def most_repeated_chunk(text: str) -> tuple[str, int]:
         best, count = Counter(units).most_common(1)[0]
     if len(units) < 4 and len(body) >= 400:
         # Few sentence breaks: repetition hides inside long run-on text.
-        words = _WORD.findall(body.lower())
+        words = _WORD.findall(lower_text(body))
         shingles = Counter(
             " ".join(words[i : i + _SHINGLE]) for i in range(0, len(words) - _SHINGLE + 1)
         )
@@ -146,10 +147,10 @@ def _sentences(body: str) -> list[str]:
         for word in line.split():
             words.append(word)
             if word[-1] in _SENTENCE_ENDS:
-                units.append(" ".join(words).lower())
+                units.append(lower_text(" ".join(words)))
                 words = []
         if words:
-            units.append(" ".join(words).lower())
+            units.append(lower_text(" ".join(words)))
     return units
 
 

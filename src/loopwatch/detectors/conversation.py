@@ -7,6 +7,7 @@ from typing import Any, Final, final
 
 from ..events import MODEL, TOOL_CALL, TOOL_RESULT, USER
 from ..findings import Finding, Severity
+from ..fingerprints import lower_text
 from ..redact import redact
 from ..state import DetectorState
 from ..text import phrase_lower, split_words, word_mark
@@ -74,13 +75,13 @@ def _asked_for(text: str) -> list[int]:
     questions and requests, and of the sentence before each ("Without the reservation
     number I cannot go on. Can you provide it?"); none when it asks nothing."""
     if "?" not in text:
-        low = text.lower()
+        low = lower_text(text)
         if "please" not in low and "need " not in low:
             return []  # most replies ask nothing: one pass over the text tells
     asked: set[int] = set()
     sentences = _SENTENCES.split(text)
     for i, sentence in enumerate(sentences):
-        if "?" not in sentence and _ASKS.search(sentence.lower()) is None:
+        if "?" not in sentence and _ASKS.search(lower_text(sentence)) is None:
             continue
         words = split_words(sentence)
         if i and not _BACK.isdisjoint(words):

@@ -9,7 +9,7 @@ from typing import Any, Final, final
 
 from ..events import MODEL, TOOL_CALL, TOOL_RESULT, USER, Event
 from ..findings import Finding, Severity
-from ..fingerprints import maybe_json, moves_view
+from ..fingerprints import lower_text, maybe_json, moves_view
 from ..state import DetectorState, Record, StateError
 from ..text import phrase_lower, word_mark
 from .base import Context, Detector, preview, trim
@@ -107,10 +107,10 @@ def _word_id(word: str) -> int:
 
 def _names(text: str) -> set[str]:
     """The names in a text: words capitalised inside a sentence, and quoted words."""
-    named = {name.lower() for name in _NAME.findall(text) if name not in _PRONOUNS}
+    named = {lower_text(name) for name in _NAME.findall(text) if name not in _PRONOUNS}
     if '"' in text or "\u201c" in text or "**" in text:
         for quoted in _QUOTED.findall(text):
-            named.update(_TOKEN.findall((quoted[0] or quoted[1] or quoted[2]).lower()))
+            named.update(_TOKEN.findall(lower_text(quoted[0] or quoted[1] or quoted[2])))
     return named
 
 
@@ -187,7 +187,7 @@ def _names_new(observation: str, words: list[str], known: dict[int, None]) -> bo
     run never named: a token with a digit, or a name (capitalised or quoted), not among
     the run's words. Coordinates the agent reads off the screen (x=601) are no content."""
     if "=" in observation or "(" in observation or ":" in observation:
-        words = _TOKEN.findall(_COORD.sub(" ", observation).lower())
+        words = _TOKEN.findall(lower_text(_COORD.sub(" ", observation)))
     new = [w for w in words if _word_id(w) not in known]
     if not new:
         return False
@@ -392,13 +392,13 @@ class NoEffect(Detector):
                         a.said = -2  # the trace holds its result: not this rule's to judge
                         break
                 head = ev.text[:_OBSERVATION_CHARS]
-                if _names_new(head, _TOKEN.findall(head.lower()), st.known):
+                if _names_new(head, _TOKEN.findall(lower_text(head)), st.known):
                     _mark(st.news, ctx.step)
-                _learn(st, _TOKEN.findall(ev.text[:_LEARN_CHARS].lower()))
+                _learn(st, _TOKEN.findall(lower_text(ev.text[:_LEARN_CHARS])))
             return None
         if kind == USER:
             if st.narrated:
-                _learn(st, _TOKEN.findall(ev.text[:_LEARN_CHARS].lower()))
+                _learn(st, _TOKEN.findall(lower_text(ev.text[:_LEARN_CHARS])))
             return None
         if not ev.text_known:
             return None
@@ -431,7 +431,7 @@ class NoEffect(Detector):
             found = self._finding(ctx, run, attempt, Severity.WARN)
         if isinstance(ev.args, dict):
             said = " ".join(v for v in ev.args.values() if isinstance(v, str))
-            _learn(st, _TOKEN.findall(said[:_LEARN_CHARS].lower()))
+            _learn(st, _TOKEN.findall(lower_text(said[:_LEARN_CHARS])))
         st.attempts.append(attempt)
         trim(st.attempts, _ATTEMPTS)
         return found

@@ -7,6 +7,7 @@ from typing import Any, Final, final
 
 from ..events import MODEL, TOOL_CALL, USER
 from ..findings import Finding, Severity
+from ..fingerprints import lower_text
 from ..state import KeyedState, StateError, Written, dump_map, load_map
 from ..text import fingerprint, jaccard, plain_words, request_overlap, request_words
 from .base import Context, Detector, preview, severity_for, trim
@@ -37,7 +38,7 @@ def _shared_head(a: str, b: str) -> int:
 
 def _same(a: str, b: str) -> bool:
     """Equal once case and spacing are folded."""
-    return a == b or " ".join(a.lower().split()) == " ".join(b.lower().split())
+    return a == b or " ".join(lower_text(a).split()) == " ".join(lower_text(b).split())
 
 
 @final
