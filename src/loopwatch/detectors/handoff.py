@@ -39,7 +39,7 @@ _BODY_WORDS: Final = 3
 # A message longer than this carries a payload past its request (code, a document, a
 # report): see PingPong and Event.payload_key.
 _PAYLOAD_AFTER: Final = 2 * _TEXT_CHARS
-# Marks kept of the specifics a message names (numbers, ids, codes: text.specifics).
+# Marks kept of the numbers a message names (_NUMBERS).
 _SPECIFICS_MAX: Final = 16
 
 
@@ -67,8 +67,8 @@ class Message(Record):
         self.text = text  # clipped and redacted; "" unless embeddings compare messages
         self.words = words  # content words (dict keys: a set that serialises; long ones
         # by their fingerprint: text.word_at_rest)
-        # marks of the specifics it names (_specifics): a message that names one the
-        # other did not (another price, step, id) says something new
+        # marks of the numbers it names (_specifics): a message that names one the
+        # other did not (another price, quantity, step) says something new
         self.specs = specs if specs is not None else []
         self.again = again  # it restated one of the pair's messages before it
 
@@ -288,8 +288,8 @@ class PingPong(Detector):
         if old.fp == fp:
             return True
         if _names_more(specs, old.specs):
-            # another price, step or id in the same words: a negotiation that moves, a
-            # plan handed out step by step
+            # another price, quantity or step in the same words: a negotiation that
+            # moves, a plan handed out step by step
             return False
         if request_overlap(old.words, words) >= self.overlap:
             return True
