@@ -209,9 +209,11 @@ def test_giving_up_says_whether_writers_or_waiting_took_the_time(
     capped = RedisStore.from_url(redis_server.url, prefix=prefix, max_conflicts=2, timeout=30)
     with pytest.raises(StoreUnavailable, match=r"after 3 attempt.*other workers kept updating"):
         capped.apply("r", bump_while_another_writes(0.0), new_state)
-    slow = RedisStore.from_url(redis_server.url, prefix=prefix, timeout=0.5)
+    # the step outlasts the update's 2 s while each reply stays well under them (a reply
+    # is waited for as long as the update: a shorter one could time out on a loaded box)
+    slow = RedisStore.from_url(redis_server.url, prefix=prefix, timeout=2)
     with pytest.raises(StoreUnavailable, match=r"after 1 attempt.*the time went to waiting"):
-        slow.apply("r", bump_while_another_writes(0.6), new_state)
+        slow.apply("r", bump_while_another_writes(2.1), new_state)
     # the three writes made during the capped store's attempts and the one during the
     # slow store's landed once each; neither given-up update wrote anything
     assert other.apply("r", bump, new_state) == 1 + 3 + 1 + 1
