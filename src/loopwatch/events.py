@@ -44,6 +44,7 @@ __all__ = [
     "Event",
     "echo_digest",
     "event_time",
+    "fold_case_space",
 ]
 
 
@@ -81,7 +82,9 @@ _TEXT_BUDGET: Final = 8_192
 _PAYLOAD_CHARS: Final = 16_000
 
 
-def _fold_case_space(text: str) -> str:
+def fold_case_space(text: str) -> str:
+    """A text with case and spacing folded: what tells two outputs the same when only
+    their case or layout differs (the events' folded keys, stagnation, the metrics)."""
     return " ".join(lower_text(text).split())
 
 
@@ -593,7 +596,7 @@ class Event:
         """Fingerprint of model output: case and whitespace folded."""
         if not self.text_known:
             return _never_equal()
-        return _folded_key(self.text, _fold_case_space)
+        return _folded_key(self.text, fold_case_space)
 
     def __repr__(self) -> str:
         bits = [self.kind]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import orjson
@@ -981,19 +981,16 @@ def _normalise_value(value: Any, depth: int = 0, path: set[int] | None = None) -
     path.add(id(value))
     try:
         if kind is dict or (kind is not list and isinstance(value, Mapping)):
-            items: Iterable[tuple[Any, Any]] = value.items()
-            if depth == 0 and len(value) > 1:
+            # each key lower-cased once, then read for what it names
+            items = [(lower_text(str(k)), v) for k, v in value.items()]
+            if depth == 0 and len(items) > 1:
                 # Fields that describe a call (Claude Code's Bash ``description``) are
                 # rewritten by the model on every try: they must not make a repeat new.
-                kept = [(k, v) for k, v in items if lower_text(str(k)) not in DESCRIBING_KEYS]
+                kept = [(k, v) for k, v in items if k not in DESCRIBING_KEYS]
                 if kept:
                     items = kept
             return {
-                lower_text(str(k)): (
-                    "#"
-                    if lower_text(str(k)) in _VOLATILE_KEYS
-                    else _normalise_value(v, depth + 1, path)
-                )
+                k: "#" if k in _VOLATILE_KEYS else _normalise_value(v, depth + 1, path)
                 for k, v in items
             }
         return [_normalise_value(v, depth + 1, path) for v in value]

@@ -15,9 +15,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from .engine import Engine
-from .events import MODEL, TOOL_CALL, Event
+from .events import MODEL, TOOL_CALL, Event, fold_case_space
 from .findings import Finding, Severity
-from .fingerprints import lower_text
 from .policy import Policy
 from .state import RunState
 
@@ -70,10 +69,7 @@ class Metrics:
                 if (
                     not self.degenerate
                     and prev is not None
-                    and (
-                        text == prev
-                        or " ".join(lower_text(text).split()) == " ".join(lower_text(prev).split())
-                    )
+                    and (text == prev or fold_case_space(text) == fold_case_space(prev))
                 ):
                     self.degenerate = True
                 self.prev_key = text

@@ -20,6 +20,7 @@ from .fingerprints import (
     _hexdigest,
     _isalpha,
     _isascii,
+    _xxh32,
     lower_text,
     mask_volatile,
     maybe_json,
@@ -60,9 +61,6 @@ __all__ = [
     "word_set",
     "words_alike",
 ]
-
-_xxh32: Final = xxhash.xxh32_intdigest
-_xxh3_hex: Final = xxhash.xxh3_64_hexdigest
 
 # A word: a run of letters or digits (no underscores), in any script.
 WORD: Final = re.compile(r"[^\W_]+")
@@ -210,7 +208,7 @@ def jaccard(a: set[str], b: set[str]) -> float:
 
 def fingerprint(text: str) -> str:
     """Stable 16-hex fingerprint of a text (xxh3, as the event keys)."""
-    return str(_xxh3_hex(text.encode(_UTF8, _LONE)))
+    return str(_hexdigest(text.encode(_UTF8, _LONE)))
 
 
 # A text's opening, as :func:`head_marks` records it: one mark per this many characters,
@@ -323,12 +321,11 @@ def _runs(text: str) -> list[str]:
     return _RUN.findall(head)
 
 
-def specifics(text: str, digits: bool = False) -> list[str]:
+def specifics(text: str) -> list[str]:
     """The specific tokens of a message, lower-cased, in order of first appearance:
     tokens with a digit, an underscore, ``@`` or ``#``, and all-capital codes of three
     letters or more (``SFO``, not ``I`` or ``ID``). Read from the first 2,000
-    characters. A token of one character is one only with ``digits`` and when it is
-    a digit (a step, a quantity: between agents, "step 2" after "step 1" is news)."""
+    characters."""
     out: dict[str, None] = {}
     for run in _runs(text):
         if run.isalpha():
@@ -339,7 +336,7 @@ def specifics(text: str, digits: bool = False) -> list[str]:
                 out[run.lower()] = None
         elif _MARKED.search(run) is not None:
             tok = run.strip(_TRAILING)
-            if len(tok) >= 2 or (digits and tok.isdigit()):
+            if len(tok) >= 2:
                 out[lower_text(tok)] = None
         elif len(run) >= 3 and not run.islower():
             for code in _CAPITALS.findall(run):

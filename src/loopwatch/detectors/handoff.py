@@ -233,8 +233,12 @@ class PingPong(Detector):
         # New numbers are news only while the other side answers with something new: a
         # manager handing out item after item that each come back with the same error
         # is asking the same thing again.
-        answer = next((m for m in reversed(entry.recent) if m.sender != sender), None)
-        moving = specs if answer is None or not answer.again else []
+        moving = specs
+        for m in reversed(entry.recent):
+            if m.sender != sender:  # the other side's last answer
+                if m.again:
+                    moving = []
+                break
         restates = any(self._same(old, fp, kept, words, payload, moving) for old in entry.recent)
         if restates:
             entry.n += 1

@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any, Final, final
 
-from ..events import MODEL, TOOL_CALL, USER
+from ..events import MODEL, TOOL_CALL, USER, fold_case_space
 from ..findings import Finding, Severity
-from ..fingerprints import lower_text
 from ..state import KeyedState, StateError, Written, dump_map, load_map
 from ..text import fingerprint, jaccard, plain_words, request_overlap, request_words
 from .base import Context, Detector, preview, severity_for, trim
@@ -38,7 +37,7 @@ def _shared_head(a: str, b: str) -> int:
 
 def _same(a: str, b: str) -> bool:
     """Equal once case and spacing are folded."""
-    return a == b or " ".join(lower_text(a).split()) == " ".join(lower_text(b).split())
+    return a == b or fold_case_space(a) == fold_case_space(b)
 
 
 @final
